@@ -1,0 +1,37 @@
+"""cffi builder (API mode) for rdmaspawn's C core.
+
+The cdef is the marked block of rdmaspawn.h, so the header documents exactly
+what Python can call. setup.py names this file in ``cffi_modules``.
+"""
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = ["spawn.c", "child.c", "forkinit.c"]
+
+
+def _cdef() -> str:
+    with open(os.path.join(HERE, "rdmaspawn.h")) as f:
+        text = f.read()
+    return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
+
+
+def _relative(path: str) -> str:
+    # setuptools wants source paths relative to the project root.
+    return os.path.relpath(os.path.join(HERE, path))
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_cdef())
+ffibuilder.set_source(
+    "rdmaspawn._rdmaspawn_cffi",
+    '#include "rdmaspawn.h"',
+    sources=[_relative(s) for s in SOURCES],
+    include_dirs=[HERE],
+    libraries=["dl", "pthread"],
+    extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

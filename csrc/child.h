@@ -1,0 +1,22 @@
+/* What the parent hands the child, and what the child hands back. */
+#ifndef RS_CHILD_H
+#define RS_CHILD_H
+
+#include <stdint.h>
+#include "rdmaspawn.h"
+
+struct rs_child {
+    const struct rs_request *req;
+    char *const *envp;          /* req->envp, or the parent's environ */
+    uint64_t mask;              /* the parent thread's signal mask before the spawn */
+    int handlers_cleared;       /* clone3 with CLONE_CLEAR_SIGHAND did it already */
+    /* Written by the child only, read by the parent only after the child has
+     * exec'd or exited (CLONE_VFORK): no other synchronisation is needed. */
+    int err;
+    int step;
+};
+
+/* The child's whole life; runs on its own stack in the parent's memory. */
+int rs_child_main(void *arg);
+
+#endif

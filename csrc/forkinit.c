@@ -1,0 +1,125 @@
+/*
+ * ibv_fork_init(), on the libibverbs instance that matters.
+ *
+ * Fork protection is per libibverbs instance: it marks the regions that
+ * instance registers. So ask the copy the process already has loaded (the one
+ * NCCL, pyverbs or UCX registered memory with), found by walking the loaded
+ * objects; only if there is none, load libibverbs.so.1 from the system.
+ *
+ * Environment: libibverbs itself calls ibv_fork_init() when RDMAV_FORK_SAFE
+ * or IBV_FORK_SAFE is set, at its first ibv_get_device_list(); after that the
+ * status reads "enabled" and rs_fork_init() has nothing left to do.
+ * RDMAV_HUGEPAGES_SAFE makes it round regions out to huge pages instead.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "rdmaspawn.h"
+
+/* enum ibv_fork_status of rdma-core (v35+). */
+enum { IBV_FORK_DISABLED = 0, IBV_FORK_ENABLED = 1, IBV_FORK_UNNEEDED = 2 };
+
+typedef int (*fork_init_fn)(void);
+typedef int (*fork_status_fn)(void);
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized_here;    /* for libibverbs without ibv_is_fork_initialized */
+
+struct found {
+    char path[4096];
+};
+
+static int find_loaded(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct found *f = data;
+    const char *name = info->dlpi_name, *base;
+    (void)size;
+    if (!name || !*name)
+        return 0;
+    base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    if (strncmp(base, "libibverbs", 10) != 0)
+        return 0;
+    strncpy(f->path, name, sizeof f->path - 1);
+    f->path[sizeof f->path - 1] = '\0';
+    return 1;
+}
+
+/* A handle on the loaded instance, else on the system's; NULL if none. */
+static void *open_verbs(char *libpath, int len)
+{
+    struct found f;
+    void *h = NULL;
+    memset(&f, 0, sizeof f);
+    if (dl_iterate_phdr(find_loaded, &f))
+        h = dlopen(f.path, RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (libpath && len > 0) {
+        struct link_map *map = NULL;
+        libpath[0] = '\0';
+        if (h && dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name) {
+            strncpy(libpath, map->l_name, (size_t)len - 1);
+            libpath[len - 1] = '\0';
+        }
+    }
+    return h;
+}
+
+static int status_of(void *h)
+{
+    fork_status_fn is_init = (fork_status_fn)dlsym(h, "ibv_is_fork_initialized");
+    if (!is_init)
+        return initialized_here ? RS_FORK_ENABLED : RS_FORK_DISABLED;
+    switch (is_init()) {
+    case IBV_FORK_ENABLED:
+        return RS_FORK_ENABLED;
+    case IBV_FORK_UNNEEDED:
+        return RS_FORK_UNNEEDED;
+    default:
+        return RS_FORK_DISABLED;
+    }
+}
+
+int rs_fork_status(char *libpath, int libpath_len)
+{
+    pthread_mutex_lock(&lock);
+    void *h = open_verbs(libpath, libpath_len);
+    int state = h ? status_of(h) : RS_FORK_UNAVAILABLE;
+    if (h)
+        dlclose(h);
+    pthread_mutex_unlock(&lock);
+    return state;
+}
+
+int rs_fork_init(char *libpath, int libpath_len, int *err)
+{
+    *err = 0;
+    pthread_mutex_lock(&lock);
+    void *h = open_verbs(libpath, libpath_len);
+    if (!h) {
+        pthread_mutex_unlock(&lock);
+        return RS_FORK_UNAVAILABLE;
+    }
+    int state = status_of(h);
+    if (state == RS_FORK_DISABLED) {
+        fork_init_fn init = (fork_init_fn)dlsym(h, "ibv_fork_init");
+        int rc = init ? init() : ENOSYS;
+        if (rc == 0) {
+            initialized_here = 1;
+            state = status_of(h);
+        } else {
+            *err = rc;
+        }
+    }
+    /* Once ibv_fork_init() has run, the library must stay: its tracking
+     * tree lives in it. Keep the reference dlopen() gave us. */
+    if (state != RS_FORK_ENABLED)
+        dlclose(h);
+    pthread_mutex_unlock(&lock);
+    return state;
+}

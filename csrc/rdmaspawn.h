@@ -1,0 +1,119 @@
+/*
+ * rdmaspawn: the C core's public interface.
+ *
+ * The block between the cdef markers is read verbatim by build_ffi.py as the
+ * cffi cdef, so it holds plain declarations only: no preprocessor lines, no
+ * system types (cffi's parser does not see the system headers).
+ */
+#ifndef RDMASPAWN_H
+#define RDMASPAWN_H
+
+#include <stddef.h>
+
+/* cdef-begin */
+
+/* Which step of a spawn failed; the child reports it with the errno. */
+enum rs_step {
+    RS_STEP_NONE = 0,
+    RS_STEP_STACK = 1,      /* parent: mapping the child's stack */
+    RS_STEP_CLONE = 2,      /* parent: clone3() / clone() */
+    RS_STEP_KEEP_FDS = 3,   /* child: making pass_fds inheritable */
+    RS_STEP_DUP = 4,        /* child: moving a low fd out of the way */
+    RS_STEP_DUP2 = 5,       /* child: installing stdin/stdout/stderr */
+    RS_STEP_CHDIR = 6,
+    RS_STEP_SIGNALS = 7,
+    RS_STEP_SETSID = 8,
+    RS_STEP_SETPGID = 9,
+    RS_STEP_SETGROUPS = 10,
+    RS_STEP_SETGID = 11,
+    RS_STEP_SETUID = 12,
+    RS_STEP_CLOSE_FDS = 13,
+    RS_STEP_EXEC = 14
+};
+
+/* How the child closes the fds it must not inherit (tests force each). */
+enum rs_close_method {
+    RS_CLOSE_AUTO = 0,      /* close_range(), else the /proc walk, else the loop */
+    RS_CLOSE_PROC = 1,      /* getdents64() over /proc/self/fd */
+    RS_CLOSE_LOOP = 2       /* close() every fd from 3 to max_fd */
+};
+
+/* How the child was created. */
+enum rs_clone_method {
+    RS_CLONE_NONE = 0,
+    RS_CLONE_CLONE3 = 1,    /* clone3() with CLONE_CLEAR_SIGHAND, own entry */
+    RS_CLONE_CLONE = 2      /* glibc clone(); the child resets handlers itself */
+};
+
+/*
+ * Everything the child needs, prepared in full by the parent. Pointers stay
+ * valid for the whole call: the calling thread is suspended (CLONE_VFORK)
+ * until the child has called execve() or exited.
+ */
+struct rs_request {
+    char *const *argv;          /* NULL-terminated */
+    char *const *envp;          /* NULL-terminated; NULL: the parent's environ */
+    char *const *exec_list;     /* candidate executables, tried in order */
+    const char *cwd;            /* NULL: stay */
+    const int *keep_fds;        /* ascending; made inheritable, never closed */
+    int n_keep_fds;
+    const int *close_first;     /* parent's pipe ends: closed in the child first */
+    int n_close_first;
+    int stdin_fd;               /* becomes 0; -1: inherit */
+    int stdout_fd;              /* becomes 1; -1: inherit */
+    int stderr_fd;              /* becomes 2; -1: inherit */
+    int close_fds;              /* close every fd > 2 not in keep_fds */
+    int close_method;           /* enum rs_close_method */
+    int max_fd;                 /* bound of the last-resort close loop */
+    int umask;                  /* -1: leave */
+    int restore_signals;        /* SIGPIPE and SIGXFSZ back to SIG_DFL */
+    int setsid;
+    int pgid;                   /* -1: leave; else setpgid(0, pgid) */
+    int set_groups;
+    const unsigned int *groups;
+    int n_groups;
+    int set_gid;
+    unsigned int gid;
+    int set_uid;
+    unsigned int uid;
+    int want_pidfd;             /* ask the kernel for a pidfd (O_CLOEXEC) */
+    int reap_on_failure;        /* waitpid() a child that failed before exec */
+    int fail_status;            /* exit status of a child that failed (CPython: 255) */
+    int force_clone;            /* tests: skip clone3 and use the fallback */
+};
+
+struct rs_result {
+    int pid;                    /* -1 when no child was created */
+    int pidfd;                  /* -1 unless asked for and given */
+    int err;                    /* errno of the failure, 0 on success */
+    int step;                   /* enum rs_step of the failure */
+    int clone_method;           /* enum rs_clone_method */
+};
+
+/* Start a child. Returns 0 on success, else the errno (also in res->err). */
+int rs_spawn(const struct rs_request *req, struct rs_result *res);
+
+/* A short name for a step: "dup2", "chdir", "exec", ... */
+const char *rs_step_name(int step);
+
+/* Fill out[0..n-1] with pointers to the n NUL-terminated strings that lie
+ * back to back in blob, and out[n] with NULL. */
+void rs_split_blob(const char *blob, int n, char **out);
+
+/* libibverbs fork support. */
+enum rs_fork_state {
+    RS_FORK_UNAVAILABLE = 0,    /* no libibverbs in this process or on the system */
+    RS_FORK_DISABLED = 1,       /* ibv_fork_init() has not run */
+    RS_FORK_ENABLED = 2,        /* ibv_fork_init() has run */
+    RS_FORK_UNNEEDED = 3        /* the kernel copies pinned pages at fork */
+};
+
+/* Both return an enum rs_fork_state and write the library's path into
+ * libpath (empty when unavailable). rs_fork_init() also writes the errno of
+ * a failed ibv_fork_init() into *err (EINVAL: memory was registered first). */
+int rs_fork_status(char *libpath, int libpath_len);
+int rs_fork_init(char *libpath, int libpath_len, int *err);
+
+/* cdef-end */
+
+#endif

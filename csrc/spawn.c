@@ -1,0 +1,221 @@
+/*
+ * The parent side of a spawn: stack, signals, clone, result.
+ *
+ * Every child shares the parent's memory (CLONE_VM) and the calling thread
+ * sleeps until the child has exec'd or exited (CLONE_VFORK), so no page table
+ * is copied and no MADV_DONTFORK page can go missing, unlike with fork().
+ * This file never calls fork(), and the caller (cffi) has released the GIL.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define RS_DEFINE_CLONE3_ENTRY
+#include "arch.h"
+#include "child.h"
+
+#ifndef CLONE_PIDFD
+#  define CLONE_PIDFD 0x00001000
+#endif
+#define RS_CLONE_CLEAR_SIGHAND 0x100000000ULL
+
+/* The child's stack: it needs little (no libc, a 2 KiB dirent buffer), but
+ * sanitizers and -fstack-clash-protection want room. */
+#define RS_STACK_SIZE (64 * 1024)
+
+extern char **environ;
+
+/* The kernel's struct clone_args, first version (Linux 5.3). */
+struct rs_clone_args {
+    uint64_t flags;
+    uint64_t pidfd;
+    uint64_t child_tid;
+    uint64_t parent_tid;
+    uint64_t exit_signal;
+    uint64_t stack;
+    uint64_t stack_size;
+    uint64_t tls;
+};
+
+long rs_clone3_entry(struct rs_clone_args *args, size_t size,
+                     int (*fn)(void *), void *arg)
+    __attribute__((visibility("hidden")));
+
+/* 1: clone3() with CLONE_CLEAR_SIGHAND works; -1: it does not (old kernel,
+ * or a seccomp filter that answers ENOSYS); 0: not tried yet. Every thread
+ * may race to find out; they all reach the same answer. */
+static int clone3_state;
+
+static const char *const step_names[] = {
+    [RS_STEP_NONE] = "none",
+    [RS_STEP_STACK] = "mmap",
+    [RS_STEP_CLONE] = "clone",
+    [RS_STEP_KEEP_FDS] = "pass_fds",
+    [RS_STEP_DUP] = "dup",
+    [RS_STEP_DUP2] = "dup2",
+    [RS_STEP_CHDIR] = "chdir",
+    [RS_STEP_SIGNALS] = "sigprocmask",
+    [RS_STEP_SETSID] = "setsid",
+    [RS_STEP_SETPGID] = "setpgid",
+    [RS_STEP_SETGROUPS] = "setgroups",
+    [RS_STEP_SETGID] = "setresgid",
+    [RS_STEP_SETUID] = "setresuid",
+    [RS_STEP_CLOSE_FDS] = "close_fds",
+    [RS_STEP_EXEC] = "execve",
+};
+
+const char *rs_step_name(int step)
+{
+    if (step < 0 || step >= (int)(sizeof step_names / sizeof *step_names))
+        return "unknown";
+    return step_names[step];
+}
+
+void rs_split_blob(const char *blob, int n, char **out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = (char *)blob;
+        blob += strlen(blob) + 1;
+    }
+    out[n] = NULL;
+}
+
+static long clone_with_clone3(struct rs_child *c, char *stack, size_t size,
+                              int want_pidfd, int *pidfd)
+{
+    struct rs_clone_args args;
+    memset(&args, 0, sizeof args);
+    args.flags = CLONE_VM | CLONE_VFORK | RS_CLONE_CLEAR_SIGHAND |
+                 (want_pidfd ? CLONE_PIDFD : 0);
+    args.pidfd = (uint64_t)(uintptr_t)pidfd;
+    args.exit_signal = SIGCHLD;
+    args.stack = (uint64_t)(uintptr_t)stack;
+    args.stack_size = size;
+    c->handlers_cleared = 1;
+    return rs_clone3_entry(&args, sizeof args, rs_child_main, c);
+}
+
+/* glibc's clone() runs fn on the given stack and exits with its value. */
+static long clone_with_glibc(struct rs_child *c, char *stack, size_t size,
+                             int want_pidfd, int *pidfd)
+{
+    int flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
+    c->handlers_cleared = 0;
+    long pid = clone(rs_child_main, stack + size,
+                     flags | (want_pidfd ? CLONE_PIDFD : 0), c, pidfd);
+    if (pid < 0 && errno == EINVAL && want_pidfd) {
+        /* Linux < 5.2 has no CLONE_PIDFD. */
+        *pidfd = -1;
+        pid = clone(rs_child_main, stack + size, flags, c, pidfd);
+    }
+    return pid < 0 ? -errno : pid;
+}
+
+static long start_child(struct rs_child *c, char *stack, size_t size,
+                        int *pidfd, int *method)
+{
+    const struct rs_request *r = c->req;
+    int state = __atomic_load_n(&clone3_state, __ATOMIC_RELAXED);
+    if (state >= 0 && !r->force_clone) {
+        long pid = clone_with_clone3(c, stack, size, r->want_pidfd, pidfd);
+        if (pid != -ENOSYS && pid != -EINVAL && pid != -EPERM) {
+            if (state == 0 && pid > 0)
+                __atomic_store_n(&clone3_state, 1, __ATOMIC_RELAXED);
+            *method = RS_CLONE_CLONE3;
+            return pid;
+        }
+        /* No clone3(), or none with CLONE_CLEAR_SIGHAND (Linux < 5.5). */
+        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+    }
+    *method = RS_CLONE_CLONE;
+    return clone_with_glibc(c, stack, size, r->want_pidfd, pidfd);
+}
+
+static int max_fd_bound(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < 0x7fffffff)
+        return (int)rl.rlim_cur;
+    long n = sysconf(_SC_OPEN_MAX);
+    return n > 0 && n < 0x7fffffff ? (int)n : 1024 * 1024;
+}
+
+int rs_spawn(const struct rs_request *req, struct rs_result *res)
+{
+    int saved_errno = errno;
+    struct rs_request r = *req;
+    struct rs_child c;
+    uint64_t all = ~(uint64_t)0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t total = RS_STACK_SIZE + page;
+    int pidfd = -1;
+
+    res->pid = -1;
+    res->pidfd = -1;
+    res->err = 0;
+    res->step = RS_STEP_NONE;
+    res->clone_method = RS_CLONE_NONE;
+
+    if (r.close_fds && r.max_fd <= 0)
+        r.max_fd = max_fd_bound();
+
+    memset(&c, 0, sizeof c);
+    c.req = &r;
+    c.envp = r.envp ? r.envp : environ;
+
+    /* The stack, with a guard page below it: an overflow faults instead of
+     * scribbling over whatever the parent mapped there. */
+    char *map = mmap(NULL, total, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED || mprotect(map + page, RS_STACK_SIZE,
+                                      PROT_READ | PROT_WRITE) != 0) {
+        res->err = errno;
+        res->step = RS_STEP_STACK;
+        if (map != MAP_FAILED)
+            munmap(map, total);
+        errno = saved_errno;
+        return res->err;
+    }
+
+    /* Block everything, glibc's SIGCANCEL and SIGSETXID too (hence the raw
+     * call: pthread_sigmask() refuses those), so that no handler runs in the
+     * child before it has reset them; the child inherits this mask. */
+    rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&c.mask,
+            sizeof(uint64_t));
+    long pid = start_child(&c, map + page, RS_STACK_SIZE, &pidfd,
+                           &res->clone_method);
+    rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c.mask, 0,
+            sizeof(uint64_t));
+    munmap(map, total);
+
+    if (pid < 0) {
+        res->err = (int)-pid;
+        res->step = RS_STEP_CLONE;
+        errno = saved_errno;
+        return res->err;
+    }
+    res->pid = (int)pid;
+    res->pidfd = pidfd;
+    if (c.err) {
+        res->err = c.err;
+        res->step = c.step;
+        if (pidfd >= 0) {
+            close(pidfd);
+            res->pidfd = -1;
+        }
+        if (r.reap_on_failure) {
+            while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+    }
+    errno = saved_errno;
+    return res->err;
+}

@@ -1,0 +1,57 @@
+"""rdmaspawn: start child processes safely from processes that hold RDMA memory.
+
+``from rdmaspawn import Popen`` is ``subprocess.Popen`` with every child
+created by a CLONE_VM|CLONE_VFORK engine that never copies the parent's page
+tables, so memory that libibverbs marked MADV_DONTFORK cannot go missing in
+the child. ``import rdmaspawn as subprocess`` works for the common API.
+``rdmaspawn.patch()`` routes the standard library's own spawns through it.
+"""
+from __future__ import annotations
+
+from subprocess import (
+    DEVNULL,
+    PIPE,
+    STDOUT,
+    CalledProcessError,
+    CompletedProcess,
+    SubprocessError,
+    TimeoutExpired,
+)
+from typing import Any
+
+from ._engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
+from ._forkexec import PreexecFnError
+from ._patch import is_patched, patch, patched, unpatch
+from ._popen import (
+    Popen,
+    call,
+    check_call,
+    check_output,
+    getoutput,
+    getstatusoutput,
+    run,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Popen", "run", "call", "check_call", "check_output", "getoutput",
+    "getstatusoutput", "PIPE", "STDOUT", "DEVNULL", "CompletedProcess",
+    "SubprocessError", "CalledProcessError", "TimeoutExpired",
+    "patch", "unpatch", "patched", "is_patched",
+    "fork_init", "fork_status", "ForkStatus", "ForkInitError",
+    "spawn", "SpawnError", "PreexecFnError",
+    "doctor", "guard", "unguard",
+]
+
+# The user tools load on first use: importing rdmaspawn stays cheap.
+_LAZY = {"doctor": ".doctor", "guard": ".guard", "unguard": ".guard"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(_LAZY[name], __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

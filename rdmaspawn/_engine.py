@@ -1,0 +1,260 @@
+"""Thin binding over the C core: Python values in, exceptions out.
+
+Mirrors the C names (``rs_spawn`` -> :func:`spawn`, ``rs_fork_init`` ->
+:func:`fork_init`). Everything the child will read is validated and converted
+here, before the clone: a bad argument never reaches the child.
+"""
+from __future__ import annotations
+
+import errno as _errno
+import os
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+from ._rdmaspawn_cffi import ffi, lib
+
+__all__ = [
+    "SpawnError",
+    "ForkInitError",
+    "ForkStatus",
+    "spawn",
+    "fork_init",
+    "fork_status",
+    "CHILD_STEPS",
+]
+
+#: Steps that run in the child; a failure there leaves a (dead) child behind.
+CHILD_STEPS = frozenset(
+    ffi.string(lib.rs_step_name(s)).decode()
+    for s in range(lib.RS_STEP_KEEP_FDS, lib.RS_STEP_EXEC + 1)
+)
+
+_CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
+                  "loop": lib.RS_CLOSE_LOOP}
+_STATES = {
+    lib.RS_FORK_UNAVAILABLE: "unavailable",
+    lib.RS_FORK_DISABLED: "disabled",
+    lib.RS_FORK_ENABLED: "enabled",
+    lib.RS_FORK_UNNEEDED: "unneeded",
+}
+
+
+class SpawnError(OSError):
+    """A spawn failed: ``errno`` says why, ``step`` where ("chdir", "execve", ...).
+
+    ``pid`` is the pid of the child that failed when it was not reaped
+    (``reap_on_failure=False``), else None.
+    """
+
+    step: str
+    pid: Optional[int]
+
+    def __init__(self, err: int, step: str, filename: object = None,
+                 pid: Optional[int] = None) -> None:
+        if filename is None:
+            super().__init__(err, os.strerror(err))
+        else:
+            super().__init__(err, os.strerror(err), filename)
+        self.step = step
+        self.pid = pid
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} (originated from {self.step}())"
+
+
+class ForkInitError(OSError):
+    """ibv_fork_init() failed; for EINVAL, memory was registered before it."""
+
+
+class ForkStatus(NamedTuple):
+    """libibverbs fork protection: ``state`` and the library that was asked.
+
+    state is one of "unavailable" (no libibverbs), "disabled" (ibv_fork_init
+    has not run), "enabled" (it has), "unneeded" (the kernel copies pinned
+    pages at fork, so there is nothing to protect).
+    """
+
+    state: str
+    library: Optional[str]
+
+
+def _fsencode(value: object) -> bytes:
+    # Same rules as CPython's PyUnicode_FSConverter: str, bytes or PathLike,
+    # and no NUL byte, which the child could not pass to the kernel.
+    if isinstance(value, bytes):
+        data = value
+    else:
+        data = os.fsencode(value)  # type: ignore[arg-type]
+    if b"\0" in data:
+        raise ValueError("embedded null byte")
+    return data
+
+
+def _string_array(items: Iterable[object], keep: list) -> object:
+    encoded = [_fsencode(item) for item in items]
+    blob = ffi.from_buffer(b"\0".join(encoded) + b"\0")
+    array = ffi.new("char *[]", len(encoded) + 1)
+    lib.rs_split_blob(blob, len(encoded), array)
+    keep.append(blob)
+    return array
+
+
+def _fd(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < -1 or value > 0x7FFFFFFF:
+        raise ValueError(f"{what} out of range: {value}")
+    return value
+
+
+def _id(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0 or value > 0xFFFFFFFE:
+        raise ValueError(f"{what} out of range: {value}")
+    return value
+
+
+def spawn(
+    argv: Sequence[object],
+    exec_list: Sequence[object],
+    env: Optional[Sequence[object]] = None,
+    cwd: object = None,
+    stdin: int = -1,
+    stdout: int = -1,
+    stderr: int = -1,
+    close_in_child: Sequence[int] = (),
+    pass_fds: Sequence[int] = (),
+    close_fds: bool = True,
+    umask: int = -1,
+    restore_signals: bool = True,
+    setsid: bool = False,
+    pgid: int = -1,
+    gid: Optional[int] = None,
+    groups: Optional[Sequence[int]] = None,
+    uid: Optional[int] = None,
+    want_pidfd: bool = False,
+    reap_on_failure: bool = True,
+    fail_status: int = 255,
+    close_method: str = "auto",
+    force_clone: bool = False,
+) -> "tuple[int, int]":
+    """Start a child and return ``(pid, pidfd)``; pidfd is -1 unless asked for.
+
+    The child is created with CLONE_VM|CLONE_VFORK on a stack of its own: it
+    never copies the parent's page tables, so MADV_DONTFORK memory cannot go
+    missing in it. Raises :class:`SpawnError` (an OSError with the errno and
+    the failed step) when the child could not be started or failed before
+    execve() succeeded; the failed child is reaped unless
+    ``reap_on_failure`` is false, in which case its pid is on the error.
+    """
+    keep: list = []
+    req = ffi.new("struct rs_request *")
+    res = ffi.new("struct rs_result *")
+
+    req.argv = _string_array(argv, keep)
+    req.exec_list = _string_array(exec_list, keep)
+    if env is not None:
+        req.envp = _string_array(env, keep)
+    if cwd is not None:
+        cwd_c = ffi.new("char[]", _fsencode(cwd))
+        keep.append(cwd_c)
+        req.cwd = cwd_c
+
+    fds = sorted({_fd(fd, "pass_fds item") for fd in pass_fds})
+    if fds and fds[0] < 0:
+        raise ValueError("bad value(s) in pass_fds")
+    if fds:
+        keep_c = ffi.new("int[]", fds)
+        keep.append(keep_c)
+        req.keep_fds = keep_c
+        req.n_keep_fds = len(fds)
+    closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
+    if closing:
+        close_c = ffi.new("int[]", closing)
+        keep.append(close_c)
+        req.close_first = close_c
+        req.n_close_first = len(closing)
+
+    req.stdin_fd = _fd(stdin, "stdin")
+    req.stdout_fd = _fd(stdout, "stdout")
+    req.stderr_fd = _fd(stderr, "stderr")
+    req.close_fds = bool(close_fds)
+    try:
+        req.close_method = _CLOSE_METHODS[close_method]
+    except KeyError:
+        raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}") from None
+    req.umask = umask if umask >= 0 else -1
+    req.restore_signals = bool(restore_signals)
+    req.setsid = bool(setsid)
+    req.pgid = pgid if pgid is not None and pgid >= 0 else -1
+    if groups is not None:
+        gids = [_id(g, "group") for g in groups]
+        groups_c = ffi.new("unsigned int[]", gids or [0])
+        keep.append(groups_c)
+        req.set_groups = 1
+        req.groups = groups_c
+        req.n_groups = len(gids)
+    if gid is not None:
+        req.set_gid = 1
+        req.gid = _id(gid, "gid")
+    if uid is not None:
+        req.set_uid = 1
+        req.uid = _id(uid, "uid")
+    req.want_pidfd = bool(want_pidfd)
+    req.reap_on_failure = bool(reap_on_failure)
+    req.fail_status = fail_status
+    req.force_clone = bool(force_clone)
+
+    lib.rs_spawn(req, res)  # cffi releases the GIL for the whole call
+    if res.err:
+        step = ffi.string(lib.rs_step_name(res.step)).decode()
+        pid = None if res.pid < 0 or reap_on_failure else res.pid
+        filename = None
+        if res.step == lib.RS_STEP_CHDIR:
+            filename = cwd
+        elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
+            filename = argv[0] if len(argv) else exec_list[0]
+        raise SpawnError(res.err, step, filename, pid)
+    return res.pid, res.pidfd
+
+
+def _status(call: str) -> "tuple[int, Optional[str], int]":
+    path = ffi.new("char[]", 4096)
+    err = ffi.new("int *")
+    if call == "init":
+        state = lib.rs_fork_init(path, 4096, err)
+    else:
+        state = lib.rs_fork_status(path, 4096)
+    library = ffi.string(path).decode(errors="surrogateescape") or None
+    return state, library, err[0]
+
+
+def fork_status() -> ForkStatus:
+    """Report libibverbs' fork protection for this process (see :class:`ForkStatus`)."""
+    state, library, _ = _status("status")
+    return ForkStatus(_STATES[state], library)
+
+
+def fork_init() -> ForkStatus:
+    """Turn on libibverbs' fork protection, correctly.
+
+    Asks the libibverbs instance the process already has loaded (the one
+    NCCL, pyverbs or UCX registered memory with), else loads the system's.
+    Does nothing when there is no libibverbs ("unavailable") or when the
+    kernel copies pinned pages at fork ("unneeded"), and nothing more once
+    enabled: calling it again is harmless. Raises :class:`ForkInitError` when
+    ibv_fork_init() fails; EINVAL means memory was registered before the call.
+    """
+    state, library, err = _status("init")
+    if err == _errno.EINVAL:
+        raise ForkInitError(
+            err,
+            "ibv_fork_init() refused: memory was already registered with "
+            f"libibverbs ({library}) before fork protection was turned on. "
+            "Call rdmaspawn.fork_init() before any memory registration (before "
+            "NCCL, UCX or pyverbs open a device), or set RDMAV_FORK_SAFE=1 in "
+            "the environment before the process starts",
+        )
+    if err:
+        raise ForkInitError(err, f"ibv_fork_init() failed: {os.strerror(err)}")
+    return ForkStatus(_STATES[state], library)

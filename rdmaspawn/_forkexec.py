@@ -1,0 +1,156 @@
+"""A drop-in for ``_posixsubprocess.fork_exec`` built on the engine.
+
+CPython's ``Popen._execute_child`` (and multiprocessing's
+``util.spawnv_passfds``) start every child through this one primitive. This
+version takes the same arguments and, on a failure in the child, writes into
+``errpipe_write`` exactly what CPython's child would have written, so that
+``_execute_child`` raises the same exception, with the same errno and
+filename, as it does without rdmaspawn.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any, Callable, Optional
+
+from . import _engine
+from ._smaps import has_dontfork
+
+__all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
+
+# 3.11 added process_group (pgid_to_set) and allow_vfork.
+_NARGS = 23 if sys.version_info >= (3, 11) else 21
+
+# 3.13 tells a failed chdir() apart from other failures before exec.
+_CHDIR_TAG = (
+    b"noexec:chdir"
+    if "noexec:chdir" in subprocess.Popen._execute_child.__code__.co_consts
+    else b"noexec"
+)
+
+_REPLACEMENTS = (
+    "cwd= instead of os.chdir(), umask= instead of os.umask(), "
+    "start_new_session=True instead of os.setsid()"
+    + (", process_group= instead of os.setpgid()" if _NARGS == 23 else "")
+    + ", user=/group=/extra_groups= instead of os.setuid()/os.setgid()/"
+    "os.setgroups(), pass_fds=/close_fds= for file descriptors, "
+    "restore_signals= for SIGPIPE/SIGXFSZ, env= for the environment; for "
+    "resource limits, nice or CPU affinity, run the command through "
+    "prlimit(1), nice(1) or taskset(1)"
+)
+
+
+class PreexecFnError(subprocess.SubprocessError, RuntimeError):
+    """preexec_fn was given in a process where fork() would crash the child."""
+
+
+def _refuse_preexec_fn() -> None:
+    raise PreexecFnError(
+        "preexec_fn needs fork(), and this process holds MADV_DONTFORK memory "
+        "(RDMA-registered buffers: see /proc/self/smaps, VmFlags 'dc'): pages "
+        "that fork() leaves out of the child can hold malloc or Python state, "
+        "and the child would crash before exec. rdmaspawn starts children "
+        "without fork(), where no Python code can run before exec. Use the "
+        "declarative arguments instead: " + _REPLACEMENTS + "."
+    )
+
+
+def _error_bytes(err: _engine.SpawnError) -> bytes:
+    if err.step == "execve":
+        tag = b""
+    elif err.step == "chdir":
+        tag = _CHDIR_TAG
+    else:
+        tag = b"noexec"
+    return b"OSError:%x:%s" % (err.errno, tag)
+
+
+def _check_fds_to_keep(fds_to_keep: Any) -> None:
+    # The same sanity check CPython makes before it forks.
+    if not isinstance(fds_to_keep, tuple):
+        raise ValueError("bad value(s) in fds_to_keep")
+    prev = -1
+    for fd in fds_to_keep:
+        if not isinstance(fd, int) or fd < 0 or fd <= prev or fd > 0x7FFFFFFF:
+            raise ValueError("bad value(s) in fds_to_keep")
+        prev = fd
+
+
+def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
+    """Build a ``fork_exec`` whose preexec_fn path goes to ``fallback``.
+
+    ``fallback`` is CPython's own fork_exec (or whatever stood in its place);
+    it is kept on ``__wrapped__`` and looked up there at each call, so that a
+    wrapper applied later can be taken out of the chain again.
+    """
+
+    def fork_exec(*args: Any) -> int:
+        if len(args) != _NARGS:
+            raise TypeError(
+                f"fork_exec() takes exactly {_NARGS} arguments ({len(args)} given)")
+        if _NARGS == 23:
+            (argv, exec_list, close_fds, fds_to_keep, cwd, env_list,
+             p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+             errpipe_read, errpipe_write, restore_signals, call_setsid,
+             pgid_to_set, gid, extra_groups, uid, child_umask, preexec_fn,
+             _allow_vfork) = args
+        else:
+            (argv, exec_list, close_fds, fds_to_keep, cwd, env_list,
+             p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+             errpipe_read, errpipe_write, restore_signals, call_setsid,
+             gid, extra_groups, uid, child_umask, preexec_fn) = args
+            pgid_to_set = -1
+
+        if preexec_fn is not None:
+            if has_dontfork():
+                _refuse_preexec_fn()
+            # No DONTFORK memory: fork() is safe, and only it can run Python
+            # code in the child. Behave exactly as CPython does.
+            return fork_exec.__wrapped__(*args)  # type: ignore[attr-defined, no-any-return]
+
+        if close_fds and errpipe_write < 3:
+            raise ValueError("errpipe_write must be >= 3")
+        _check_fds_to_keep(fds_to_keep)
+        # The error pipe stays with the parent: the engine's child reports
+        # through shared memory and this function writes the pipe itself.
+        keep = [fd for fd in fds_to_keep if fd != errpipe_write]
+        try:
+            pid, _ = _engine.spawn(
+                argv, exec_list, env=env_list, cwd=cwd,
+                stdin=p2cread, stdout=c2pwrite, stderr=errwrite,
+                close_in_child=(p2cwrite, c2pread, errread, errpipe_read),
+                pass_fds=keep, close_fds=close_fds,
+                umask=child_umask, restore_signals=restore_signals,
+                setsid=call_setsid, pgid=pgid_to_set if pgid_to_set is not None else -1,
+                gid=None if gid is None or gid == -1 else gid,
+                groups=extra_groups,
+                uid=None if uid is None or uid == -1 else uid,
+                reap_on_failure=False,
+            )
+        except _engine.SpawnError as err:
+            if err.pid is None:
+                # No child: CPython raises from the failed fork() itself.
+                raise OSError(err.errno, os.strerror(err.errno)) from None
+            # The caller reads the pipe and reaps the child, as with CPython.
+            os.write(errpipe_write, _error_bytes(err))
+            return err.pid
+        return pid
+
+    fork_exec.__wrapped__ = fallback  # type: ignore[attr-defined]
+    fork_exec.__rdmaspawn__ = True  # type: ignore[attr-defined]
+    return fork_exec
+
+
+def _cpython_fork_exec() -> Callable[..., int]:
+    import _posixsubprocess
+
+    func = _posixsubprocess.fork_exec
+    # Under patch() or guard() the module attribute may be a wrapper.
+    while hasattr(func, "__wrapped__"):
+        func = func.__wrapped__
+    return func  # type: ignore[no-any-return]
+
+
+#: The engine-based fork_exec used by rdmaspawn.Popen.
+fork_exec: Callable[..., int] = make_fork_exec(_cpython_fork_exec())

@@ -1,0 +1,97 @@
+"""``patch()``: route every child the standard library starts through the engine.
+
+CPython starts children through one primitive, ``_posixsubprocess.fork_exec``
+(named ``subprocess._fork_exec`` on 3.11+): ``subprocess.Popen`` and all its
+helpers, ``os.popen``, asyncio's subprocesses and multiprocessing's ``spawn``
+and ``forkserver`` start methods (``util.spawnv_passfds``) all end there.
+Replacing it, and turning off subprocess's ``posix_spawn`` shortcut, covers
+code that did ``from subprocess import Popen`` long before the patch.
+``os.spawn*`` fork on their own and get the engine too. What cannot be
+patched: ``os.fork`` itself, multiprocessing's ``fork`` start method and
+``pty``: see ``rdmaspawn.guard()``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from typing import Any, Iterator, List, Optional, Tuple
+
+import _posixsubprocess
+
+from . import _forkexec, _spawnv
+
+__all__ = ["patch", "unpatch", "patched", "is_patched"]
+
+_lock = threading.Lock()
+# (object, attribute, value before, value we set), in the order applied.
+_applied: Optional[List[Tuple[Any, str, Any, Any]]] = None
+
+
+def _swap(done: List[Tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
+    done.append((obj, name, getattr(obj, name), new))
+    setattr(obj, name, new)
+
+
+def _restore(obj: Any, name: str, old: Any, new: Any) -> None:
+    current = getattr(obj, name)
+    if current is new or not callable(new):
+        setattr(obj, name, old)
+        return
+    # Someone wrapped ours since (rdmaspawn.guard() does): splice ours out of
+    # their chain instead of throwing their wrapper away.
+    while hasattr(current, "__wrapped__"):
+        if current.__wrapped__ is new:
+            current.__wrapped__ = old
+            return
+        current = current.__wrapped__
+
+
+def patch() -> None:
+    """Make every child this process's standard library starts fork-safe.
+
+    Idempotent and thread-safe; undone by :func:`unpatch`.
+    """
+    global _applied
+    with _lock:
+        if _applied is not None:
+            return
+        done: List[Tuple[Any, str, Any, Any]] = []
+        fork_exec = _forkexec.make_fork_exec(_posixsubprocess.fork_exec)
+        _swap(done, _posixsubprocess, "fork_exec", fork_exec)
+        if hasattr(subprocess, "_fork_exec"):
+            sub_fork_exec = _forkexec.make_fork_exec(subprocess._fork_exec)  # type: ignore[attr-defined]
+            _swap(done, subprocess, "_fork_exec", sub_fork_exec)
+        _swap(done, subprocess, "_USE_POSIX_SPAWN", False)
+        if hasattr(os, "_spawnvef"):
+            _swap(done, os, "_spawnvef", _spawnv.spawnvef)
+        _applied = done
+
+
+def unpatch() -> None:
+    """Undo :func:`patch`; harmless when not patched."""
+    global _applied
+    with _lock:
+        if _applied is None:
+            return
+        for obj, name, old, new in reversed(_applied):
+            _restore(obj, name, old, new)
+        _applied = None
+
+
+def is_patched() -> bool:
+    """Whether :func:`patch` is in force."""
+    return _applied is not None
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """``with rdmaspawn.patched():`` patch for the block, then put back what was."""
+    was = is_patched()
+    patch()
+    try:
+        yield
+    finally:
+        if not was:
+            unpatch()

@@ -1,0 +1,81 @@
+"""``rdmaspawn.Popen`` and the module functions of ``subprocess``.
+
+``Popen`` is CPython's own ``subprocess.Popen``, running CPython's own
+``_execute_child`` of the running version, with one difference: the
+primitive that starts the child is the engine's (``_forkexec.fork_exec``)
+and the ``posix_spawn`` shortcut is off, so every child is created with
+CLONE_VM. Argument handling, PATH search, pipes, errors, ``communicate`` and
+friends are therefore exactly CPython's, on every version.
+
+The module functions (``run``, ``call``, ...) are CPython's too, rebound to a
+namespace in which ``Popen`` is ours.
+"""
+from __future__ import annotations
+
+import subprocess
+import types
+from typing import Any, Callable, Dict
+
+from . import _forkexec
+
+__all__ = [
+    "Popen", "run", "call", "check_call", "check_output", "getoutput",
+    "getstatusoutput",
+]
+
+
+def _namespace() -> Dict[str, Any]:
+    # A copy of subprocess's globals in which the spawn primitive is ours.
+    ns = dict(vars(subprocess))
+    ns["_USE_POSIX_SPAWN"] = False
+    ns["_fork_exec"] = _forkexec.fork_exec  # 3.11+
+    ns["_posixsubprocess"] = types.SimpleNamespace(fork_exec=_forkexec.fork_exec)  # 3.9/3.10
+    return ns
+
+
+_NS = _namespace()
+
+
+def _rebind(func: Callable[..., Any], qualname: str) -> Callable[..., Any]:
+    if func.__code__.co_freevars:  # pragma: no cover - a CPython we do not know
+        raise RuntimeError(f"subprocess.{func.__qualname__} has a closure; cannot rebind")
+    new = types.FunctionType(func.__code__, _NS, func.__name__,
+                             func.__defaults__, func.__closure__)
+    new.__kwdefaults__ = func.__kwdefaults__
+    new.__doc__ = func.__doc__
+    new.__module__ = "rdmaspawn"
+    new.__qualname__ = qualname
+    return new
+
+
+class Popen(subprocess.Popen):  # type: ignore[type-arg]
+    """``subprocess.Popen``, with every child created by rdmaspawn's engine.
+
+    Takes every argument of ``subprocess.Popen`` of the running Python and
+    behaves the same, with the same exceptions for the same causes. The child
+    shares the parent's memory until it calls execve() (CLONE_VM|CLONE_VFORK),
+    so memory marked MADV_DONTFORK (RDMA registrations) cannot crash it.
+    ``user``, ``group`` and ``extra_groups`` are applied in that child too.
+
+    ``preexec_fn`` needs fork(): it is refused with
+    :class:`rdmaspawn.PreexecFnError` when the process holds MADV_DONTFORK
+    memory, and runs as in CPython (a fork) when it holds none.
+    """
+
+    _execute_child = _rebind(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
+                             "Popen._execute_child")
+
+
+Popen.__module__ = "rdmaspawn"
+_NS["Popen"] = Popen
+
+run = _rebind(subprocess.run, "run")
+call = _rebind(subprocess.call, "call")
+check_call = _rebind(subprocess.check_call, "check_call")
+check_output = _rebind(subprocess.check_output, "check_output")
+getoutput = _rebind(subprocess.getoutput, "getoutput")
+getstatusoutput = _rebind(subprocess.getstatusoutput, "getstatusoutput")
+
+# The functions call each other by their global names: point those at ours.
+_NS.update(run=run, call=call, check_call=check_call, check_output=check_output,
+           getoutput=getoutput, getstatusoutput=getstatusoutput)
