@@ -41,11 +41,12 @@ __all__ = [
     "patch", "unpatch", "patched", "is_patched",
     "fork_init", "fork_status", "ForkStatus", "ForkInitError",
     "spawn", "SpawnError", "PreexecFnError",
-    "doctor", "guard", "unguard",
+    "doctor", "guard", "unguard", "ForkHazardError", "ForkHazardWarning",
 ]
 
 # The user tools load on first use: importing rdmaspawn stays cheap.
-_LAZY = {"doctor": ".doctor", "guard": ".guard", "unguard": ".guard"}
+_LAZY = {"doctor": "._doctor", "guard": "._guard", "unguard": "._guard",
+         "ForkHazardError": "._guard", "ForkHazardWarning": "._guard"}
 
 
 def __getattr__(name: str) -> Any:

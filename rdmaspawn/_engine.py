@@ -94,7 +94,9 @@ def _string_array(items: Iterable[object], keep: list) -> object:
     blob = ffi.from_buffer(b"\0".join(encoded) + b"\0")
     array = ffi.new("char *[]", len(encoded) + 1)
     lib.rs_split_blob(blob, len(encoded), array)
+    # The request holds raw pointers: both must outlive the call.
     keep.append(blob)
+    keep.append(array)
     return array
 
 

@@ -9,6 +9,7 @@ filename, as it does without rdmaspawn.
 """
 from __future__ import annotations
 
+import operator
 import os
 import subprocess
 import sys
@@ -66,6 +67,26 @@ def _error_bytes(err: _engine.SpawnError) -> bytes:
     return b"OSError:%x:%s" % (err.errno, tag)
 
 
+def _convert_id(value: Any, what: str) -> Optional[int]:
+    """A uid or gid as CPython's fork_exec converts it; None: leave it alone.
+
+    Like ``_Py_Uid_Converter``: -1 and (uid_t)-1 (0xFFFFFFFF) are accepted
+    and change nothing in the child, other out-of-range values raise
+    OverflowError in the parent, as test_subprocess's test_user/test_group
+    check with ``user=2**64``.
+    """
+    if value is None:
+        return None
+    value = operator.index(value)
+    if value == -1 or value == 0xFFFFFFFF:
+        return None
+    if value < 0:
+        raise OverflowError(f"{what} is less than minimum")
+    if value > 0xFFFFFFFF:
+        raise OverflowError(f"{what} is greater than maximum")
+    return value
+
+
 def _check_fds_to_keep(fds_to_keep: Any) -> None:
     # The same sanity check CPython makes before it forks.
     if not isinstance(fds_to_keep, tuple):
@@ -112,6 +133,8 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
         if close_fds and errpipe_write < 3:
             raise ValueError("errpipe_write must be >= 3")
         _check_fds_to_keep(fds_to_keep)
+        gid = _convert_id(gid, "gid")
+        uid = _convert_id(uid, "uid")
         # The error pipe stays with the parent: the engine's child reports
         # through shared memory and this function writes the pipe itself.
         keep = [fd for fd in fds_to_keep if fd != errpipe_write]
@@ -123,9 +146,7 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
                 pass_fds=keep, close_fds=close_fds,
                 umask=child_umask, restore_signals=restore_signals,
                 setsid=call_setsid, pgid=pgid_to_set if pgid_to_set is not None else -1,
-                gid=None if gid is None or gid == -1 else gid,
-                groups=extra_groups,
-                uid=None if uid is None or uid == -1 else uid,
+                gid=gid, groups=extra_groups, uid=uid,
                 reap_on_failure=False,
             )
         except _engine.SpawnError as err:

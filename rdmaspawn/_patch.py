@@ -36,8 +36,13 @@ def _swap(done: List[Tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) 
 
 def _restore(obj: Any, name: str, old: Any, new: Any) -> None:
     current = getattr(obj, name)
-    if current is new or not callable(new):
+    if not callable(new):
         setattr(obj, name, old)
+        return
+    if current is new:
+        # What ours wraps now: a wrapper under ours may have been spliced
+        # out since (guard() applied before patch(), then unguard()).
+        setattr(obj, name, getattr(new, "__wrapped__", old))
         return
     # Someone wrapped ours since (rdmaspawn.guard() does): splice ours out of
     # their chain instead of throwing their wrapper away.

@@ -1,0 +1,53 @@
+"""``python -m rdmaspawn {doctor,demo,bench}`` and the ``rdmaspawn`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional, Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rdmaspawn",
+        description="Start child processes safely from processes that hold RDMA-registered "
+                    "(MADV_DONTFORK) memory.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("doctor", add_help=False,
+                   help="check whether a process can safely fork() (--pid PID, --json)")
+    sub.add_parser("demo", add_help=False,
+                   help="show a fork()ed child crash where rdmaspawn's child runs")
+    sub.add_parser("bench", add_help=False,
+                   help="measure spawn latency (arguments go to the benchmark)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run a subcommand; return its exit status."""
+    args: List[str] = list(sys.argv[1:] if argv is None else argv)
+    # Each subcommand parses its own arguments (and its own --help).
+    if args and args[0] == "doctor":
+        from rdmaspawn._doctor import main as doctor_main
+
+        return doctor_main(args[1:])
+    if args and args[0] == "demo":
+        from rdmaspawn._demo import main as demo_main
+
+        return demo_main(args[1:])
+    if args and args[0] == "bench":
+        from rdmaspawn.benchmarks import spawn_latency
+
+        return int(spawn_latency.main(args[1:]) or 0)
+    parser = _parser()
+    ns = parser.parse_args(args)
+    if ns.command is None:
+        parser.print_help()
+        return 2
+    return 2  # pragma: no cover - every known command returned above
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
+
+:func:`guard` wraps the module attributes through which Python code forks:
+
+- ``os.fork`` (also what ``multiprocessing``'s "fork" start method calls) and
+  ``os.forkpty`` (what ``pty.fork()`` calls);
+- ``_posixsubprocess.fork_exec`` and, on 3.11+, ``subprocess._fork_exec`` (the
+  name ``subprocess.Popen`` calls), but only for the calls that really fork:
+  always on 3.9; on 3.10+ when ``preexec_fn`` is given, when ``user``/
+  ``group``/``extra_groups`` are, or when ``subprocess._USE_VFORK`` is false.
+
+Before such a call it checks :func:`rdmaspawn._smaps.has_dontfork` (device
+mappings left out) and, if the process holds ``MADV_DONTFORK`` memory, warns
+with :class:`ForkHazardWarning` (then forks) or raises
+:class:`ForkHazardError` (and does not fork).
+
+Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
+
+- Every wrapper sets ``__wrapped__`` to what it replaced.  Our wrappers also
+  carry ``__rdmaspawn_guard__ = True``.
+- Wrappers look up ``__wrapped__`` at each call (ours and the rdmaspawn
+  engine's), so a link can be taken out of a chain by rewriting the
+  ``__wrapped__`` of the wrapper above it.
+- :func:`unguard` puts back what it replaced where the attribute is still our
+  wrapper, and otherwise splices our wrapper out of the ``__wrapped__`` chain
+  below the attribute; failing both (a wrapper that does not follow this
+  convention), ours stays in that chain as a pass-through.
+- A ``fork_exec`` replacement that forks only to run a ``preexec_fn`` (the
+  rdmaspawn engine's) says so with ``__rdmaspawn__ = True`` (or
+  ``__rdmaspawn_forks_only_for_preexec_fn__ = True``, or by living in a module
+  under ``rdmaspawn``); when guard wraps such
+  a function it checks only calls with a ``preexec_fn``.  Such a replacement
+  should hand ``preexec_fn`` calls to the function it replaced, so that a
+  guard applied before it still sees them.
+
+``fork_exec`` is positional only.  Its ``preexec_fn`` is the last of 21
+arguments on 3.9 and 3.10 (``..., gid, extra_groups, uid, child_umask,
+preexec_fn``) and the 22nd of 23 on 3.11-3.13 (``..., process_group, gid,
+extra_groups, uid, child_umask, preexec_fn, allow_vfork``), as
+``Lib/subprocess.py`` of each version calls it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+import warnings
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+from rdmaspawn._smaps import Mapping, dontfork_mappings, has_dontfork
+
+__all__ = [
+    "ForkHazardError",
+    "ForkHazardWarning",
+    "guard",
+    "guarded",
+    "is_guarded",
+    "unguard",
+]
+
+_MARK = "__rdmaspawn_guard__"
+_PREEXEC_ONLY = "__rdmaspawn_forks_only_for_preexec_fn__"
+
+
+class ForkHazardWarning(RuntimeWarning):
+    """A fork() is about to run in a process that holds MADV_DONTFORK memory."""
+
+    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+        super().__init__(message)
+        self.mappings: List[Mapping] = list(mappings)
+
+
+class ForkHazardError(RuntimeError):
+    """A fork() was refused: the process holds MADV_DONTFORK memory (see ``.mappings``)."""
+
+    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+        super().__init__(message)
+        self.mappings: List[Mapping] = list(mappings)
+
+
+_lock = threading.RLock()
+_mode: Optional[str] = None
+# Our wrappers that act (the others pass through), and the one per attribute.
+_active: Set[Callable[..., Any]] = set()
+_installed: Dict[Tuple[str, str], Callable[..., Any]] = {}
+
+
+def _check(what: str) -> None:
+    mode = _mode
+    if mode is None:
+        return
+    try:
+        if not has_dontfork():
+            return
+        maps = dontfork_mappings(devices=False)
+    except OSError:
+        return  # /proc unreadable: never block a spawn on a failed look
+    shown = "; ".join(m.describe() for m in maps[:5])
+    if len(maps) > 5:
+        shown += "; and %d more" % (len(maps) - 5)
+    msg = (
+        "%s would fork() a process that holds MADV_DONTFORK memory (%s): the child does not "
+        "get those pages and may die with SIGSEGV before exec. Use rdmaspawn.Popen or "
+        "rdmaspawn.patch() without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
+        % (what, shown)
+    )
+    if mode == "raise":
+        raise ForkHazardError(msg, maps)
+    # stacklevel 4: _check -> wrapper -> the caller of os.fork()/fork_exec().
+    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4)
+
+
+def _fork_exec_forks(args: Tuple[Any, ...], preexec_only: bool) -> bool:
+    """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
+    n = len(args)
+    if n < 21:
+        return False  # not a call we understand; the callee will raise
+    p = 21 if n >= 23 else n - 1  # index of preexec_fn
+    if args[p] is not None:
+        return True
+    if preexec_only:
+        return False
+    if sys.version_info < (3, 10):
+        return True
+    gid, groups, uid = args[p - 4], args[p - 3], args[p - 2]
+    if gid not in (None, -1) or uid not in (None, -1) or groups is not None:
+        return True
+    return n >= 23 and not args[22]  # allow_vfork false: subprocess._USE_VFORK
+
+
+def _forks_only_for_preexec(fn: Any) -> bool:
+    if getattr(fn, _PREEXEC_ONLY, False) or getattr(fn, "__rdmaspawn__", False):
+        return True
+    module = getattr(fn, "__module__", None) or ""
+    return module == "rdmaspawn" or module.startswith("rdmaspawn.")
+
+
+def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(original, updated=())
+    def guarded_fork(*args: Any, **kwargs: Any) -> Any:
+        if guarded_fork in _active:
+            _check(what)
+        return guarded_fork.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]
+
+    setattr(guarded_fork, _MARK, True)
+    return guarded_fork
+
+
+def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(original, updated=())
+    def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
+        inner = guarded_fork_exec.__wrapped__  # type: ignore[attr-defined]
+        if guarded_fork_exec in _active and _fork_exec_forks(args, _forks_only_for_preexec(inner)):
+            _check(what)
+        return inner(*args, **kwargs)
+
+    setattr(guarded_fork_exec, _MARK, True)
+    return guarded_fork_exec
+
+
+def _targets() -> List[Tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]]:
+    import _posixsubprocess
+    import subprocess
+
+    out = [
+        (os, "fork", _wrap_fork, "os.fork()"),
+        (os, "forkpty", _wrap_fork, "os.forkpty()"),
+        (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
+    ]
+    if hasattr(subprocess, "_fork_exec"):  # 3.11+
+        out.append((subprocess, "_fork_exec", _wrap_fork_exec, "subprocess.Popen"))
+    return out
+
+
+def guard(action: str = "warn") -> None:
+    """From now on, catch a fork() in this process while it holds MADV_DONTFORK memory.
+
+    ``action="warn"`` issues :class:`ForkHazardWarning` and lets the fork go
+    ahead; ``action="raise"`` raises :class:`ForkHazardError` instead of
+    forking.  Calling it again changes the action; it never wraps twice.
+    Thread-safe; undo with :func:`unguard`.
+    """
+    global _mode
+    if action not in ("warn", "raise"):
+        raise ValueError("action must be 'warn' or 'raise', not %r" % (action,))
+    with _lock:
+        for module, attr, wrap, what in _targets():
+            current = getattr(module, attr, None)
+            if current is None:
+                continue
+            key = (module.__name__, attr)
+            mine = _installed.get(key)
+            if mine is not None and (mine is current or mine in _active):
+                # Still on top, or still in someone else's chain and acting.
+                _active.add(mine)
+                continue
+            if getattr(current, _MARK, False):
+                _active.add(current)  # one of ours put back by someone's undo
+                _installed[key] = current
+                continue
+            wrapper = wrap(current, what)
+            setattr(module, attr, wrapper)
+            _installed[key] = wrapper
+            _active.add(wrapper)
+        _mode = action
+
+
+def unguard() -> None:
+    """Stop guarding; put back what :func:`guard` replaced where nobody wrapped it since."""
+    global _mode
+    with _lock:
+        _mode = None
+        for module, attr, _wrap, _what in _targets():
+            key = (module.__name__, attr)
+            mine = _installed.get(key)
+            if mine is None:
+                continue
+            _active.discard(mine)
+            if _remove(module, attr, mine):
+                del _installed[key]
+            # else: someone wrapped ours and calls it directly; it stays in
+            # their chain as a pass-through.
+
+
+def _remove(module: Any, attr: str, mine: Any) -> bool:
+    """Take ``mine`` out: off the attribute, or spliced out of a ``__wrapped__`` chain."""
+    current = getattr(module, attr, None)
+    if current is mine:
+        setattr(module, attr, mine.__wrapped__)
+        return True
+    seen = 0
+    while current is not None and hasattr(current, "__wrapped__") and seen < 64:
+        if current.__wrapped__ is mine:
+            try:
+                current.__wrapped__ = mine.__wrapped__
+            except (AttributeError, TypeError):
+                return False
+            return True
+        current = current.__wrapped__
+        seen += 1
+    return False
+
+
+def is_guarded() -> Optional[str]:
+    """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
+    return _mode
+
+
+@contextlib.contextmanager
+def guarded(action: str = "warn") -> Iterator[None]:
+    """``with guarded("raise"):`` guard for the block, then restore the previous state."""
+    with _lock:
+        previous = _mode
+    guard(action)
+    try:
+        yield
+    finally:
+        if previous is None:
+            unguard()
+        else:
+            guard(previous)

@@ -1,0 +1,210 @@
+"""rdmaspawn.guard: fork() caught before it happens, in child interpreters with real DONTFORK memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any, Dict
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+# `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
+# real madvise(): a fork() child survives it (nothing touches that page), so
+# warn mode can let forks through.  `plant()` is the real arena hazard.
+_PRELUDE = textwrap.dedent("""
+    import ctypes, json, mmap, os, subprocess, sys, warnings
+    import _posixsubprocess
+    import rdmaspawn._guard as G
+    out = {}
+    def mark():
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        addr = libc.mmap(None, 3 * mmap.PAGESIZE, 3, 0x22, -1, 0)
+        libc.mprotect(ctypes.c_void_p(addr), mmap.PAGESIZE, 0)
+        libc.mprotect(ctypes.c_void_p(addr + 2 * mmap.PAGESIZE), mmap.PAGESIZE, 0)
+        assert libc.madvise(addr + mmap.PAGESIZE, mmap.PAGESIZE, 10) == 0
+        return addr + mmap.PAGESIZE
+    def attempt(name, fn):
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                value = fn()
+            out[name] = {"ok": True, "value": value,
+                         "warnings": [type(x.message).__name__ + ": " + str(x.message) for x in w]}
+        except Exception as e:
+            out[name] = {"ok": False, "error": type(e).__name__, "message": str(e),
+                         "base": [c.__name__ for c in type(e).__mro__]}
+    def fork_and_exit():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        return os.waitpid(pid, 0)[1]
+""")
+
+
+def run(code: str) -> Dict[str, Any]:
+    src = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=ENV,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_raise_mode_refuses_every_fork_path() -> None:
+    """guard('raise') with DONTFORK memory: os.fork, forkpty, preexec_fn, multiprocessing 'fork' all raise ForkHazardError; no child is made."""
+    out = run("""
+        addr = mark()
+        out["addr"] = "0x%x" % addr
+        G.guard("raise")
+        attempt("fork", fork_and_exit)
+        attempt("forkpty", lambda: os.forkpty())
+        attempt("preexec", lambda: subprocess.run(["true"], preexec_fn=lambda: None).returncode)
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        attempt("mp", lambda: ctx.Process(target=print).start())
+        attempt("plain", lambda: subprocess.run(["true"]).returncode)
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            out["children"] = "some"
+        except ChildProcessError:
+            out["children"] = "none"
+    """)
+    for name in ("fork", "forkpty", "preexec", "mp"):
+        assert out[name]["ok"] is False, (name, out[name])
+        assert out[name]["error"] == "ForkHazardError"
+        assert "RuntimeError" in out[name]["base"]
+        assert out["addr"] in out[name]["message"]
+    assert out["children"] == "none"
+    if sys.version_info >= (3, 10):
+        # vfork: not a fork, allowed.
+        assert out["plain"] == {"ok": True, "value": 0, "warnings": []}
+    else:
+        # 3.9's subprocess always forks.
+        assert out["plain"]["error"] == "ForkHazardError"
+
+
+def test_warn_mode_warns_and_forks() -> None:
+    """guard('warn'): a ForkHazardWarning naming the mapping, and the fork still happens."""
+    out = run("""
+        addr = mark()
+        out["addr"] = "0x%x" % addr
+        G.guard("warn")
+        attempt("fork", fork_and_exit)
+        attempt("preexec", lambda: subprocess.run(["true"], preexec_fn=lambda: None).returncode)
+    """)
+    for name in ("fork", "preexec"):
+        assert out[name]["ok"] is True and out[name]["value"] == 0, out[name]
+        assert len(out[name]["warnings"]) == 1
+        assert out[name]["warnings"][0].startswith("ForkHazardWarning")
+        assert out["addr"] in out[name]["warnings"][0]
+
+
+def test_warn_mode_with_the_real_hazard_is_caught_in_raise_mode() -> None:
+    """The real arena hazard (rdmaspawn._hazard) is caught too: the would-be SIGSEGV becomes an exception."""
+    out = run("""
+        from rdmaspawn._hazard import plant
+        plant("madvise")
+        G.guard("raise")
+        attempt("fork", fork_and_exit)
+    """)
+    assert out["fork"]["error"] == "ForkHazardError"
+
+
+def test_no_dontfork_memory_no_interference() -> None:
+    """Without DONTFORK memory, guarded forks go ahead silently."""
+    out = run("""
+        G.guard("raise")
+        attempt("fork", fork_and_exit)
+        attempt("preexec", lambda: subprocess.run(["true"], preexec_fn=lambda: None).returncode)
+    """)
+    assert out["fork"] == {"ok": True, "value": 0, "warnings": []}
+    assert out["preexec"] == {"ok": True, "value": 0, "warnings": []}
+
+
+def test_idempotent_and_reversible() -> None:
+    """guard() twice wraps once; unguard() puts the original functions back; the action can change."""
+    out = run("""
+        orig = (os.fork, os.forkpty, _posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None))
+        G.guard("warn"); G.guard("raise")
+        out["mode"] = G.is_guarded()
+        out["once"] = os.fork.__wrapped__ is orig[0] and _posixsubprocess.fork_exec.__wrapped__ is orig[2]
+        G.unguard()
+        now = (os.fork, os.forkpty, _posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None))
+        out["restored"] = all(a is b for a, b in zip(orig, now))
+        out["after"] = G.is_guarded()
+        with G.guarded("raise"):
+            out["inside"] = G.is_guarded()
+        out["outside"] = G.is_guarded()
+    """)
+    assert out == {"mode": "raise", "once": True, "restored": True, "after": None,
+                   "inside": "raise", "outside": None}
+
+
+@pytest.mark.parametrize("order", ["guard-first", "patch-first"])
+def test_composes_with_patch_in_either_order(order: str) -> None:
+    """patch()/guard() in either order: plain subprocess works (engine), preexec_fn and os.fork are refused, and undoing both gives CPython's behaviour back."""
+    out = run("""
+        import rdmaspawn
+        order = %r
+        orig = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None), os.fork)
+        mark()
+        if order == "guard-first":
+            G.guard("raise"); rdmaspawn.patch()
+        else:
+            rdmaspawn.patch(); G.guard("raise")
+        attempt("plain", lambda: subprocess.run(["true"]).returncode)
+        attempt("preexec", lambda: subprocess.run(["true"], preexec_fn=lambda: None).returncode)
+        attempt("fork", fork_and_exit)
+        # Undo in the same order as applied (the awkward one for wrappers).
+        if order == "guard-first":
+            G.unguard(); rdmaspawn.unpatch()
+        else:
+            rdmaspawn.unpatch(); G.unguard()
+        now = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None), os.fork)
+        out["restored"] = all(a is b for a, b in zip(orig, now))
+        def innermost(f):
+            while hasattr(f, "__wrapped__"):
+                f = f.__wrapped__
+            return f
+        out["unwraps"] = all(innermost(a) is b for a, b in zip(now, orig))
+        attempt("after", lambda: subprocess.run(["true"], preexec_fn=lambda: None).returncode)
+    """ % order)
+    assert out["plain"] == {"ok": True, "value": 0, "warnings": []}, out
+    assert out["preexec"]["ok"] is False, out
+    # Guard on top raises first; under the engine its own PreexecFnError comes first.
+    assert out["preexec"]["error"] in ("ForkHazardError", "PreexecFnError"), out
+    assert out["fork"]["error"] == "ForkHazardError"
+    # Undone: CPython's own behaviour again (the marked page is harmless to the child).
+    assert out["after"] == {"ok": True, "value": 0, "warnings": []}, out
+    assert out["unwraps"] is True, out
+    if order == "patch-first":
+        assert out["restored"] is True, out
+    # guard-first: unpatch() puts back the (inactive) guard wrapper it saved,
+    # which behaves as CPython's; strict identity needs _patch._restore to
+    # restore ``new.__wrapped__`` rather than the saved ``old``.
+
+
+def test_foreign_wrapper_keeps_working_after_unguard() -> None:
+    """A wrapper applied on top of guard's (following the __wrapped__ convention) stays in place after unguard, and guard's link leaves the chain."""
+    out = run("""
+        native = _posixsubprocess.fork_exec
+        G.guard("raise")
+        ours = _posixsubprocess.fork_exec
+        def theirs(*args):
+            return theirs.__wrapped__(*args)
+        theirs.__wrapped__ = ours
+        _posixsubprocess.fork_exec = theirs
+        G.unguard()
+        out["top"] = _posixsubprocess.fork_exec is theirs
+        out["spliced"] = theirs.__wrapped__ is native
+    """)
+    assert out == {"top": True, "spliced": True}

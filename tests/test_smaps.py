@@ -1,0 +1,133 @@
+"""rdmaspawn._smaps: parsing /proc/PID/smaps and the fast DONTFORK check, on real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rdmaspawn import _smaps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Maps `n` one-page regions with alternating protection (so they stay separate
+# mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
+# a file whose name contains " dc ", and prints what it did.
+_PLANT = textwrap.dedent("""
+    import ctypes, json, mmap, os, sys, tempfile, time
+    sys.path.insert(0, %(root)r)
+    from rdmaspawn import _smaps
+    n, dc = %(n)d, %(dc)d
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    base = libc.mmap(None, 2 * n * page, 3, 0x22, -1, 0)
+    for i in range(n):
+        libc.mprotect(base + 2 * i * page, page, 1)
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "a dc b")
+    with open(path, "wb") as f:
+        f.write(b"x" * page)
+    fd = os.open(path, os.O_RDONLY)
+    keep = mmap.mmap(fd, page, prot=mmap.PROT_READ)
+    target = base + 2 * dc * page + page if dc >= 0 else 0
+    if dc >= 0:
+        assert libc.madvise(target, page, 10) == 0, ctypes.get_errno()
+    print(json.dumps({"pid": os.getpid(), "target": target, "page": page}), flush=True)
+    sys.stdin.readline()
+""")
+
+
+class Child:
+    def __init__(self, n: int = 10, dc: int = -1) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _PLANT % {"root": ROOT, "n": n, "dc": dc}],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.info = json.loads(self.proc.stdout.readline())
+        self.pid: int = self.info["pid"]
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.communicate("\n", timeout=30)
+
+
+def test_all_mappings_of_self_are_sane() -> None:
+    """Every entry parses; [stack] and the interpreter are there; ranges are ordered."""
+    maps = _smaps.all_mappings()
+    assert maps
+    assert any(m.path == "[stack]" for m in maps)
+    assert all(m.start < m.end and len(m.perms) == 4 and m.vmflags for m in maps)
+    assert [m.start for m in maps] == sorted(m.start for m in maps)
+
+
+def test_clean_process_has_no_dontfork() -> None:
+    """A process that never called madvise(MADV_DONTFORK) shows none -- even with ' dc ' in a file name."""
+    with Child(n=10, dc=-1) as c:
+        assert _smaps.has_dontfork(c.pid) is False
+        assert _smaps.dontfork_mappings(c.pid) == []
+        assert any(m.path.endswith("a dc b") for m in _smaps.all_mappings(c.pid))
+
+
+def test_madvise_dontfork_is_found_exactly() -> None:
+    """The page marked with a real madvise(MADV_DONTFORK) is reported, with the dc flag, and nothing else."""
+    with Child(n=10, dc=3) as c:
+        assert _smaps.has_dontfork(c.pid) is True
+        found = _smaps.dontfork_mappings(c.pid)
+        assert [(m.start, m.end) for m in found] == [(c.info["target"], c.info["target"] + c.info["page"])]
+        m = found[0]
+        assert m.dontfork and "dc" in m.vmflags and m.anonymous and not m.device
+        assert m.perms == "rw-p"
+
+
+def test_no_such_process() -> None:
+    """A pid that does not exist raises NoSuchProcessError, both a ProcessLookupError and a FileNotFoundError."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    for fn in (_smaps.has_dontfork, _smaps.dontfork_mappings, _smaps.all_mappings):
+        with pytest.raises(ProcessLookupError):
+            fn(p.pid)
+        with pytest.raises(FileNotFoundError):
+            fn(p.pid)
+
+
+def test_bad_pid_values() -> None:
+    """Nonsense pids are refused before touching /proc."""
+    with pytest.raises(ValueError):
+        _smaps.has_dontfork(0)
+    with pytest.raises(ValueError):
+        _smaps.has_dontfork("../1")
+    with pytest.raises(TypeError):
+        _smaps.has_dontfork(True)
+
+
+def test_device_mappings_are_left_out_only_when_asked() -> None:
+    """is_device_path: driver files count as devices, /dev/shm and /dev/zero do not."""
+    assert _smaps.is_device_path("/dev/infiniband/uverbs0")
+    assert _smaps.is_device_path("/dev/nvidia0")
+    assert not _smaps.is_device_path("/dev/shm/psm_1")
+    assert not _smaps.is_device_path("/dev/zero (deleted)")
+    assert not _smaps.is_device_path("")
+
+
+def test_has_dontfork_is_fast_with_1000_mappings() -> None:
+    """has_dontfork() on a process with over 1000 mappings takes a few ms (it runs before every forking spawn)."""
+    with Child(n=1000, dc=500) as c:
+        assert len(_smaps.all_mappings(c.pid)) > 1000
+        t0 = time.perf_counter()
+        for _ in range(20):
+            assert _smaps.has_dontfork(c.pid)
+        per_call = (time.perf_counter() - t0) / 20
+        # About 1.5 ms here (1 ms of it the kernel writing smaps); allow slow CI.
+        assert per_call < 0.05, per_call
