@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 
 #include "arch.h"
 #include "child.h"
@@ -144,10 +145,23 @@ static long close_by_proc(const struct rs_request *r)
     }
 }
 
-/* Last resort (no /proc): every fd up to the bound the parent computed. */
+struct rs_rlimit64 {
+    uint64_t cur;
+    uint64_t max;
+};
+
+/* Last resort (no /proc): every fd below the bound, given or RLIMIT_NOFILE. */
 static void close_by_loop(const struct rs_request *r)
 {
-    for (int fd = 3; fd < r->max_fd; fd++)
+    long max_fd = r->max_fd;
+    if (max_fd <= 0) {
+        struct rs_rlimit64 rl;
+        max_fd = 1 << 20;
+        if (rs_sys4(SYS_prlimit64, 0, RLIMIT_NOFILE, 0, (long)&rl) == 0 &&
+            rl.cur < (uint64_t)max_fd)
+            max_fd = (long)rl.cur;
+    }
+    for (int fd = 3; fd < max_fd; fd++)
         if (!is_kept(r, fd))
             rs_sys1(SYS_close, fd);
 }

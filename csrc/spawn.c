@@ -8,12 +8,12 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,14 +138,53 @@ static long start_child(struct rs_child *c, char *stack, size_t size,
     return clone_with_glibc(c, stack, size, r->want_pidfd, pidfd);
 }
 
-static int max_fd_bound(void)
+/*
+ * The child's stack: one per spawning thread, mapped on first use and kept,
+ * with a guard page below it so that an overflow faults instead of
+ * scribbling over whatever the parent mapped there. Reuse is safe: when
+ * clone returns in the parent, the child has exec'd or exited and runs on it
+ * no more. Keeping it saves an mmap, an mprotect, page faults and, worst, a
+ * munmap that must shoot down the TLB of the CPU the child ran on.
+ */
+static pthread_key_t stack_key;
+static pthread_once_t stack_once = PTHREAD_ONCE_INIT;
+static size_t stack_total;
+
+static void free_stack(void *map)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < 0x7fffffff)
-        return (int)rl.rlim_cur;
-    long n = sysconf(_SC_OPEN_MAX);
-    return n > 0 && n < 0x7fffffff ? (int)n : 1024 * 1024;
+    munmap(map, stack_total);
+}
+
+static void make_stack_key(void)
+{
+    stack_total = RS_STACK_SIZE + (size_t)sysconf(_SC_PAGESIZE);
+    if (pthread_key_create(&stack_key, free_stack) != 0)
+        stack_total = 0;    /* no key: map a stack per spawn instead */
+}
+
+/* The lowest usable address of this thread's stack, or NULL (errno set). */
+static char *thread_stack(int *owned)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *map;
+
+    pthread_once(&stack_once, make_stack_key);
+    *owned = 0;
+    if (stack_total && (map = pthread_getspecific(stack_key)) != NULL)
+        return map + page;
+    map = mmap(NULL, RS_STACK_SIZE + page, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED)
+        return NULL;
+    if (mprotect(map + page, RS_STACK_SIZE, PROT_READ | PROT_WRITE) != 0) {
+        int err = errno;
+        munmap(map, RS_STACK_SIZE + page);
+        errno = err;
+        return NULL;
+    }
+    if (!stack_total || pthread_setspecific(stack_key, map) != 0)
+        *owned = 1;
+    return map + page;
 }
 
 int rs_spawn(const struct rs_request *req, struct rs_result *res)
@@ -154,9 +193,7 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
     struct rs_request r = *req;
     struct rs_child c;
     uint64_t all = ~(uint64_t)0;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t total = RS_STACK_SIZE + page;
-    int pidfd = -1;
+    int pidfd = -1, owned;
 
     res->pid = -1;
     res->pidfd = -1;
@@ -164,23 +201,14 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
     res->step = RS_STEP_NONE;
     res->clone_method = RS_CLONE_NONE;
 
-    if (r.close_fds && r.max_fd <= 0)
-        r.max_fd = max_fd_bound();
-
     memset(&c, 0, sizeof c);
     c.req = &r;
     c.envp = r.envp ? r.envp : environ;
 
-    /* The stack, with a guard page below it: an overflow faults instead of
-     * scribbling over whatever the parent mapped there. */
-    char *map = mmap(NULL, total, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (map == MAP_FAILED || mprotect(map + page, RS_STACK_SIZE,
-                                      PROT_READ | PROT_WRITE) != 0) {
+    char *stack = thread_stack(&owned);
+    if (!stack) {
         res->err = errno;
         res->step = RS_STEP_STACK;
-        if (map != MAP_FAILED)
-            munmap(map, total);
         errno = saved_errno;
         return res->err;
     }
@@ -190,11 +218,12 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
      * child before it has reset them; the child inherits this mask. */
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&c.mask,
             sizeof(uint64_t));
-    long pid = start_child(&c, map + page, RS_STACK_SIZE, &pidfd,
+    long pid = start_child(&c, stack, RS_STACK_SIZE, &pidfd,
                            &res->clone_method);
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c.mask, 0,
             sizeof(uint64_t));
-    munmap(map, total);
+    if (owned)
+        munmap(stack - sysconf(_SC_PAGESIZE), RS_STACK_SIZE + sysconf(_SC_PAGESIZE));
 
     if (pid < 0) {
         res->err = (int)-pid;

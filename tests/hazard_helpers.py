@@ -64,16 +64,18 @@ def describe(status):
     return "status %d" % status
 
 hazard = None
-if {method!r} is not None:
+_method = {method!r}
+# Not when multiprocessing's "spawn"/"forkserver" re-imports this file as __mp_main__.
+if _method is not None and __name__ == "__main__":
     from rdmaspawn._hazard import HazardError, plant
     try:
-        hazard = plant({method!r})
+        hazard = plant(_method)
     except HazardError as exc:
         sys.stderr.write("rdmaspawn-hazard: %s\\n" % exc)
         sys.exit({unavailable})
     with open({record!r}, "w") as f:
         json.dump(dataclasses.asdict(hazard), f)
-del dataclasses, json
+del dataclasses, json, _method
 # ---- snippet ----
 """
 
