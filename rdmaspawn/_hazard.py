@@ -232,7 +232,8 @@ def plant(method: str = "auto") -> Hazard:
       copy-on-fork for RDMA pages and ib_core loaded: libibverbs then marks
       nothing).
     - ``"madvise"``: ``madvise(MADV_DONTFORK)`` directly, no libibverbs.
-    - ``"auto"``: ``"verbs"`` if libibverbs loads and can plant, else ``"madvise"``.
+    - ``"auto"``: ``"verbs"`` if libibverbs loads and can plant (fork support
+      not "unneeded", ``ibv_fork_init()`` succeeds), else ``"madvise"``.
 
     Afterwards every ``fork()`` child of this process (``os.fork()``,
     ``subprocess`` where it forks, ``multiprocessing`` "fork") dies with SIGSEGV
@@ -264,8 +265,10 @@ def plant(method: str = "auto") -> Hazard:
         # buffer exists; like ibv_reg_mr(), ibv_dontfork_range() then marks it.
         before = _FORK_STATES.get(verbs.ibv_is_fork_initialized(), "unknown")
         rc = verbs.ibv_fork_init()
-        if rc != 0:
+        if rc != 0 and method == "verbs":
             raise HazardError(f"ibv_fork_init() failed: {os.strerror(rc)}")
+        if rc != 0:
+            verbs = before = None  # "auto": fall back to madvise
 
     buf = _alloc_in_fresh_thread(libc)
     arena = _find_arena(buf, page)
@@ -294,6 +297,6 @@ def plant(method: str = "auto") -> Hazard:
 
     if not _is_dontfork(arena):
         raise HazardError(
-            f"{method} reported success but the arena page at {arena:#x} is not DONTFORK"
+            f"{hazard.method} reported success but the arena page at {arena:#x} is not DONTFORK"
         )
     return hazard

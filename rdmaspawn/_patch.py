@@ -4,8 +4,9 @@ CPython starts children through one primitive, ``_posixsubprocess.fork_exec``
 (named ``subprocess._fork_exec`` on 3.11+): ``subprocess.Popen`` and all its
 helpers, ``os.popen``, asyncio's subprocesses and multiprocessing's ``spawn``
 and ``forkserver`` start methods (``util.spawnv_passfds``) all end there.
-Replacing it, and turning off subprocess's ``posix_spawn`` shortcut, covers
-code that did ``from subprocess import Popen`` long before the patch.
+Replacing it, and subprocess's ``posix_spawn`` shortcut
+(``Popen._posix_spawn``), covers code that did ``from subprocess import
+Popen`` long before the patch.
 ``os.spawn*`` fork on their own and get the engine too. What cannot be
 patched: ``os.fork`` itself, multiprocessing's ``fork`` start method and
 ``pty``: see ``rdmaspawn.guard()``.
@@ -20,7 +21,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import _posixsubprocess
 
-from . import _forkexec, _spawnv
+from . import _forkexec, _posixspawn, _spawnv
 
 __all__ = ["patch", "unpatch", "patched", "is_patched"]
 
@@ -68,7 +69,7 @@ def patch() -> None:
         if hasattr(subprocess, "_fork_exec"):
             sub_fork_exec = _forkexec.make_fork_exec(subprocess._fork_exec)  # type: ignore[attr-defined]
             _swap(done, subprocess, "_fork_exec", sub_fork_exec)
-        _swap(done, subprocess, "_USE_POSIX_SPAWN", False)
+        _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
         if hasattr(os, "_spawnvef"):
             _swap(done, os, "_spawnvef", _spawnv.spawnvef)
         _applied = done

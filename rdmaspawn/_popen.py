@@ -1,22 +1,25 @@
 """``rdmaspawn.Popen`` and the module functions of ``subprocess``.
 
 ``Popen`` is CPython's own ``subprocess.Popen``, running CPython's own
-``_execute_child`` of the running version, with one difference: the
-primitive that starts the child is the engine's (``_forkexec.fork_exec``)
-and the ``posix_spawn`` shortcut is off, so every child is created with
-CLONE_VM. Argument handling, PATH search, pipes, errors, ``communicate`` and
-friends are therefore exactly CPython's, on every version.
+``_execute_child`` of the running version, with one difference: both
+primitives that start a child, ``fork_exec`` and the ``posix_spawn``
+shortcut, are the engine's (``_forkexec``, ``_posixspawn``), so every child
+is created with CLONE_VM. Argument handling, the choice of path, PATH search,
+pipes, errors, ``communicate`` and friends are therefore exactly CPython's,
+on every version.
 
 The module functions (``run``, ``call``, ...) are CPython's too, rebound to a
 namespace in which ``Popen`` is ours.
 """
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
 import types
 from typing import Any, Callable, Dict
 
-from . import _forkexec
+from . import _forkexec, _posixspawn
 
 __all__ = [
     "Popen", "run", "call", "check_call", "check_output", "getoutput",
@@ -27,13 +30,43 @@ __all__ = [
 def _namespace() -> Dict[str, Any]:
     # A copy of subprocess's globals in which the spawn primitive is ours.
     ns = dict(vars(subprocess))
-    ns["_USE_POSIX_SPAWN"] = False
     ns["_fork_exec"] = _forkexec.fork_exec  # 3.11+
     ns["_posixsubprocess"] = types.SimpleNamespace(fork_exec=_forkexec.fork_exec)  # 3.9/3.10
     return ns
 
 
 _NS = _namespace()
+
+
+class _PipeRecorder:
+    """``os`` for CPython's ``_get_handles``: remembers the pipes it makes."""
+
+    _local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def pipe(self) -> "tuple[int, int]":
+        fds = os.pipe()
+        made = getattr(self._local, "made", None)
+        if made is not None:
+            made.extend(fds)
+        return fds
+
+    @classmethod
+    def begin(cls) -> "list[int]":
+        cls._local.made = []
+        return cls._local.made  # type: ignore[no-any-return]
+
+    @classmethod
+    def end(cls) -> None:
+        cls._local.made = None
+
+
+if not hasattr(subprocess.Popen, "_on_error_fd_closer"):
+    _get_handles_recording = types.FunctionType(
+        subprocess.Popen._get_handles.__code__,  # type: ignore[attr-defined]
+        dict(_NS, os=_PipeRecorder()), "_get_handles")
 
 
 def _rebind(func: Callable[..., Any], qualname: str) -> Callable[..., Any]:
@@ -64,6 +97,24 @@ class Popen(subprocess.Popen):  # type: ignore[type-arg]
 
     _execute_child = _rebind(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
                              "Popen._execute_child")
+    _posix_spawn = _posixspawn.posix_spawn_method
+
+    if not hasattr(subprocess.Popen, "_on_error_fd_closer"):
+        # CPython < 3.11 leaks the pipes _get_handles() made when a later one
+        # fails (EMFILE): close them, as 3.11 does.
+        def _get_handles(self, stdin: Any, stdout: Any, stderr: Any) -> Any:
+            made = _PipeRecorder.begin()
+            try:
+                return _get_handles_recording(self, stdin, stdout, stderr)
+            except BaseException:
+                for fd in made:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                raise
+            finally:
+                _PipeRecorder.end()
 
 
 Popen.__module__ = "rdmaspawn"

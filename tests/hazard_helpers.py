@@ -24,6 +24,10 @@ libibverbs is missing or cannot plant here (e.g. it reports fork support
 "unneeded"), unless ``RDMASPAWN_REQUIRE_VERBS=1`` makes that a failure; any
 other method failing to plant fails the test.
 
+Other tests that start a child interpreter should pass it ``env=child_env()``
+rather than putting the repository root on PYTHONPATH: under CI the source
+copy has no compiled extension, and the installed rdmaspawn is the one tested.
+
 Importing: pytest's default ("prepend") import mode puts ``tests/`` on
 ``sys.path``, so test modules can ``from hazard_helpers import run_with_hazard``.
 """
@@ -95,6 +99,24 @@ def _package_root() -> str | None:
     return os.path.dirname(os.path.abspath(next(iter(spec.submodule_search_locations))))
 
 
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default ``os.environ``) with PYTHONPATH led by where this process finds rdmaspawn.
+
+    A child interpreter then tests the same rdmaspawn as pytest does: the
+    installed one under CI (whose source copy has no compiled extension), the
+    source tree in a developer's in-place build.  Prefer this to putting the
+    repository root on PYTHONPATH.
+    """
+    out = dict(os.environ if env is None else env)
+    root = _package_root()
+    if root is not None:
+        rest = [
+            p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != root
+        ]
+        out["PYTHONPATH"] = os.pathsep.join([root, *rest])
+    return out
+
+
 def _require_verbs_env() -> bool:
     return os.environ.get("RDMASPAWN_REQUIRE_VERBS") == "1"
 
@@ -121,6 +143,28 @@ def require_verbs() -> None:
     pytest.skip(message)
 
 
+@functools.cache
+def pyverbs_available() -> bool:
+    """Whether ``import pyverbs.fork`` works (probed in a child)."""
+    probe = "import pyverbs.fork"
+    return (
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+
+
+def require_pyverbs() -> None:
+    """Skip (or, under RDMASPAWN_REQUIRE_PYVERBS=1, fail) when pyverbs is missing."""
+    if pyverbs_available():
+        return
+    message = "pyverbs is not installed (see DEVELOPERS.md for the recipe)"
+    if os.environ.get("RDMASPAWN_REQUIRE_PYVERBS") == "1":
+        pytest.fail(message + " but RDMASPAWN_REQUIRE_PYVERBS=1", pytrace=False)
+    pytest.skip(message)
+
+
 def run_with_hazard(
     code: str,
     method: str | None = "auto",
@@ -137,13 +181,7 @@ def run_with_hazard(
     """
     if method == "verbs":
         require_verbs()
-    child_env = dict(os.environ if env is None else env)
-    root = _package_root()
-    if root is not None:
-        parts = [root] + [
-            p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p
-        ]
-        child_env["PYTHONPATH"] = os.pathsep.join(parts)
+    child_env_ = child_env(env)
     with tempfile.TemporaryDirectory(prefix="rdmaspawn-hazard-") as tmp:
         record = os.path.join(tmp, "hazard.json")
         script = os.path.join(tmp, "snippet.py")
@@ -155,7 +193,7 @@ def run_with_hazard(
         result = subprocess.run(
             [sys.executable, script],
             cwd=tmp,
-            env=child_env,
+            env=child_env_,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

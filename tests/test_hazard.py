@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hazard_helpers
 import pytest
-from hazard_helpers import HazardRun, require_verbs, run_with_hazard
+from hazard_helpers import HazardRun, require_pyverbs, require_verbs, run_with_hazard
 
 FORK_ONCE = """
     pid = os.fork()
@@ -131,3 +131,35 @@ def test_missing_verbs_fails_when_required(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("RDMASPAWN_REQUIRE_VERBS", "1")
     with pytest.raises(pytest.fail.Exception):
         require_verbs()
+
+
+def test_pyverbs_shares_the_system_libibverbs() -> None:
+    """pyverbs' fork_init() arms the same libibverbs that plant("verbs") uses.
+
+    So a pyverbs program is exposed exactly as plant() models: after
+    pyverbs.fork.fork_init(), plant finds fork support already enabled, and a
+    fork() child still dies.
+    """
+    require_pyverbs()
+    require_verbs()
+    result = run_with_hazard(
+        """
+        import pyverbs.fork
+        print(int(pyverbs.fork.is_fork_initialized()))
+        if int(pyverbs.fork.is_fork_initialized()) != 2:
+            pyverbs.fork.fork_init()
+            from rdmaspawn._hazard import plant
+            print(plant("verbs").fork_state_before)
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            print(describe(os.waitpid(pid, 0)[1]))
+        """,
+        None,
+    )
+    lines = _stdout(result).splitlines()
+    if lines == ["2"]:
+        pytest.skip(
+            "libibverbs says fork support is unneeded here (kernel copy-on-fork)"
+        )
+    assert lines == ["0", "enabled", "signal SIGSEGV"]

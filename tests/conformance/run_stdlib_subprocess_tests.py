@@ -119,6 +119,12 @@ def skip_test(test, reason):
     setattr(test, test._testMethodName, skipped)
 
 
+def _owner(obj):
+    if isinstance(obj, type):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    return obj.__name__
+
+
 class Counter:
     """A thin counting wrapper; ``__wrapped__`` keeps unwrapping chains working."""
 
@@ -145,33 +151,38 @@ class Instruments:
         self.installed = {}
         if not patched:
             return
-        import _posixsubprocess
-
         import rdmaspawn
-        from rdmaspawn import _engine, _spawnv
+        from rdmaspawn import _engine, _patch
 
         self.rdmaspawn = rdmaspawn
-        # Every path into the C core (fork_exec, os.spawn*) calls _engine.spawn.
+        # Every path into the C core (fork_exec, the posix_spawn shortcut,
+        # os.spawn*) calls _engine.spawn through the module attribute.
         self.engine = Counter(_engine.spawn)
         _engine.spawn = self.engine
-        self.installed["_posixsubprocess.fork_exec"] = (_posixsubprocess, "fork_exec")
+        # What patch() replaced, each with what it put there: all of it must
+        # still be there after every test.
+        for obj, attr, _old, new in _patch._applied:
+            self.installed[f"{_owner(obj)}.{attr}"] = (obj, attr, new)
+        required = ["_posixsubprocess.fork_exec", "os._spawnvef"]
         if hasattr(subprocess, "_fork_exec"):
-            self.installed["subprocess._fork_exec"] = (subprocess, "_fork_exec")
-        if hasattr(os, "_spawnvef"):
-            self.installed["os._spawnvef"] = (os, "_spawnvef")
-        self.expected = {name: getattr(obj, attr) for name, (obj, attr) in self.installed.items()}
+            required.append("subprocess._fork_exec")
+        missing = [name for name in required if name not in self.installed]
+        if not ({"subprocess._USE_POSIX_SPAWN", "subprocess.Popen._posix_spawn"}
+                & set(self.installed)):
+            missing.append("the posix_spawn shortcut")
+        if missing:
+            raise SystemExit(f"patch() did not replace {', '.join(missing)}: "
+                             f"it replaced {sorted(self.installed)}")
         for name in ("_posixsubprocess.fork_exec", "subprocess._fork_exec"):
-            func = self.expected.get(name)
-            if func is None:
+            if name not in self.installed:
                 continue
+            func = self.installed[name][2]
             if not getattr(func, "__rdmaspawn__", False):
                 raise SystemExit(f"patch() did not install rdmaspawn's fork_exec as {name}: {func!r}")
             # preexec_fn goes to CPython's fork_exec (no DONTFORK memory here).
             counter = Counter(func.__wrapped__)
             func.__wrapped__ = counter
             self.fallbacks.append(counter)
-        if os._spawnvef is not _spawnv.spawnvef:
-            raise SystemExit("patch() did not replace os._spawnvef")
 
     def problems(self):
         if not self.patched:
@@ -179,11 +190,9 @@ class Instruments:
         out = []
         if not self.rdmaspawn.is_patched():
             out.append("rdmaspawn.is_patched() is False")
-        if subprocess._USE_POSIX_SPAWN is not False:
-            out.append(f"subprocess._USE_POSIX_SPAWN is {subprocess._USE_POSIX_SPAWN!r}")
-        for name, (obj, attr) in self.installed.items():
-            if getattr(obj, attr) is not self.expected[name]:
-                out.append(f"{name} is {getattr(obj, attr)!r}, not rdmaspawn's")
+        for name, (obj, attr, new) in self.installed.items():
+            if getattr(obj, attr) is not new:
+                out.append(f"{name} is {getattr(obj, attr)!r}, not rdmaspawn's {new!r}")
         from rdmaspawn import _engine
         if _engine.spawn is not self.engine:
             out.append("rdmaspawn._engine.spawn was replaced")
@@ -220,6 +229,8 @@ def main(argv=None):
                         help="run on plain CPython (baseline)")
     parser.add_argument("--no-exclusions", action="store_true",
                         help="run the excluded tests too")
+    parser.add_argument("--exclusions", default=EXCLUSIONS, metavar="PATH",
+                        help="the exclusion list (default: exclusions.txt here)")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--timeout", type=float, default=1500,
                         help="dump all tracebacks and exit after this many seconds")
@@ -249,7 +260,7 @@ def main(argv=None):
     sys.stdout.flush()
 
     exclusions = [] if args.no_exclusions else [
-        e for e in load_exclusions() if e.applies(version)]
+        e for e in load_exclusions(args.exclusions) if e.applies(version)]
     tests = list(iter_tests(unittest.defaultTestLoader.loadTestsFromModule(module)))
     if args.patterns:
         tests = [t for t in tests if any(
@@ -292,8 +303,11 @@ def main(argv=None):
         print(f"  patch in force: {'yes' if not instruments.violations else 'NO'}; "
               f"engine spawns: {instruments.engine.calls}; "
               f"CPython fork_exec fallbacks (preexec_fn): {fallbacks}")
-        for v in instruments.violations:
+        for v in instruments.violations[:10]:
             print(f"  PATCH NOT IN FORCE after {v}")
+        if len(instruments.violations) > 10:
+            print(f"  ... and {len(instruments.violations) - 10} more")
+        if instruments.violations:
             status = 1
         if instruments.engine.calls < MIN_ENGINE_SPAWNS and not args.patterns:
             print(f"  too few engine spawns ({instruments.engine.calls} < {MIN_ENGINE_SPAWNS})")
@@ -306,7 +320,7 @@ def main(argv=None):
     if not args.patterns:
         for exc in exclusions:
             if not exc.matched:
-                print(f"  stale exclusion (matches no test) at exclusions.txt:{exc.lineno}: {exc.pattern}")
+                print(f"  stale exclusion (matches no test) at {args.exclusions}:{exc.lineno}: {exc.pattern}")
                 status = 1
     print("  RESULT:", "PASS" if status == 0 else "FAIL")
     return status

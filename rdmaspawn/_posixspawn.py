@@ -1,0 +1,60 @@
+"""A drop-in for ``Popen._posix_spawn`` built on the engine.
+
+For simple requests CPython's ``_execute_child`` takes a shortcut through
+``os.posix_spawn()`` (3.9-3.12: with ``close_fds=False``; 3.13: also with
+``close_fds=True`` where ``POSIX_SPAWN_CLOSEFROM`` exists). That path has its
+own rules: the environment comes from ``os.environ`` (3.9-3.12), and every
+failure, in the child or not, is an ``OSError`` naming the executable. This
+replacement starts the child with the engine and keeps those rules, so that
+each request behaves as it does in CPython on the path CPython would take.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+from typing import Any, List, Mapping, Optional
+
+from . import _engine
+
+__all__ = ["posix_spawn_method"]
+
+_SIGNATURE = inspect.signature(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+
+
+def _env_list(env: Mapping[Any, Any]) -> List[bytes]:
+    # What os.posix_spawn() checks before it spawns.
+    out = []
+    for key, value in env.items():
+        key = os.fsencode(key)
+        if not key or b"=" in key:
+            raise ValueError("illegal environment variable name")
+        out.append(key + b"=" + os.fsencode(value))
+    return out
+
+
+def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
+    """``Popen._posix_spawn`` of the running CPython, on the engine."""
+    a = _SIGNATURE.bind(self, *args, **kwargs).arguments
+    env: Optional[Mapping[Any, Any]] = a["env"]
+    if env is None and "close_fds" not in a:
+        env = os.environ  # 3.9-3.12 hand posix_spawn os.environ
+    executable = a["executable"]
+    argv = a["args"]
+    if not argv:
+        raise ValueError("posix_spawn: argv must not be empty")
+    try:
+        pid, _ = _engine.spawn(
+            argv, [executable], env=None if env is None else _env_list(env),
+            stdin=a["p2cread"], stdout=a["c2pwrite"], stderr=a["errwrite"],
+            close_in_child=(a["p2cwrite"], a["c2pread"], a["errread"]),
+            close_fds=bool(a.get("close_fds", False)),
+            restore_signals=a["restore_signals"],
+        )
+    except _engine.SpawnError as err:
+        # posix_spawn() reports every failure as an error on its path.
+        raise OSError(err.errno, os.strerror(err.errno), executable) from None
+    self.pid = pid
+    self._child_created = True
+    self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],
+                         a["errread"], a["errwrite"])
