@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Iterable, NamedTuple, Optional, Sequence
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from ._rdmaspawn_cffi import ffi, lib
 
@@ -98,6 +98,17 @@ def _string_array(items: Iterable[object], keep: list) -> object:
     keep.append(blob)
     keep.append(array)
     return array
+
+
+def env_list(env: "Mapping[object, object]") -> "list[bytes]":
+    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() checks it."""
+    out = []
+    for key, value in env.items():
+        k = _fsencode(key)
+        if not k or b"=" in k:
+            raise ValueError("illegal environment variable name")
+        out.append(k + b"=" + _fsencode(value))
+    return out
 
 
 def _fd(value: object, what: str) -> int:

@@ -13,24 +13,13 @@ from __future__ import annotations
 import inspect
 import os
 import subprocess
-from typing import Any, List, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from . import _engine
 
 __all__ = ["posix_spawn_method"]
 
 _SIGNATURE = inspect.signature(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
-
-
-def _env_list(env: Mapping[Any, Any]) -> List[bytes]:
-    # What os.posix_spawn() checks before it spawns.
-    out = []
-    for key, value in env.items():
-        key = os.fsencode(key)
-        if not key or b"=" in key:
-            raise ValueError("illegal environment variable name")
-        out.append(key + b"=" + os.fsencode(value))
-    return out
 
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -45,7 +34,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
         raise ValueError("posix_spawn: argv must not be empty")
     try:
         pid, _ = _engine.spawn(
-            argv, [executable], env=None if env is None else _env_list(env),
+            argv, [executable], env=None if env is None else _engine.env_list(env),
             stdin=a["p2cread"], stdout=a["c2pwrite"], stderr=a["errwrite"],
             close_in_child=(a["p2cwrite"], a["c2pread"], a["errread"]),
             close_fds=bool(a.get("close_fds", False)),

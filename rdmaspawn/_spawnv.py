@@ -14,16 +14,6 @@ from . import _engine
 __all__ = ["spawnvef"]
 
 
-def _env_list(env: Mapping[Any, Any]) -> "list[bytes]":
-    out = []
-    for key, value in env.items():
-        key = os.fsencode(key)
-        if not key or b"=" in key:
-            raise ValueError("illegal environment variable name")
-        out.append(key + b"=" + os.fsencode(value))
-    return out
-
-
 def spawnvef(mode: int, file: Any, args: Sequence[Any],
              env: Optional[Mapping[Any, Any]], func: Callable[..., Any]) -> int:
     """Replacement for ``os._spawnvef`` (behind every ``os.spawn*``)."""
@@ -37,7 +27,7 @@ def spawnvef(mode: int, file: Any, args: Sequence[Any],
                      for d in os.get_exec_path(env)]
     else:
         exec_list = [file]
-    env_list = _env_list(env) if func in (os.execve, os.execvpe) and env is not None else None
+    env_list = _engine.env_list(env) if func in (os.execve, os.execvpe) and env is not None else None
     try:
         pid, _ = _engine.spawn(args, exec_list, env=env_list, close_fds=False,
                                restore_signals=False, reap_on_failure=False,

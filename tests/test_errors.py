@@ -13,21 +13,9 @@ import sys
 import pytest
 
 import rdmaspawn
+from process_state import children, open_fds, rss_kib
 
 ROOT = os.geteuid() == 0
-
-
-def _fds() -> set:
-    return set(os.listdir("/proc/self/fd"))
-
-
-def _children() -> list:
-    # Every child of this process (zombies included), from the kernel.
-    out = []
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/children") as f:
-            out += f.read().split()
-    return out
 
 
 def _outcome(popen, args, kwargs):
@@ -80,11 +68,11 @@ def test_same_exception_as_cpython(name, tmp_path):
     else:
         args, kwargs = CASES[name]
     theirs = _outcome(subprocess.Popen, args, kwargs)
-    fds, kids = _fds(), _children()
+    fds, kids = open_fds(), children()
     ours = _outcome(rdmaspawn.Popen, args, kwargs)
     assert ours == theirs
-    assert _fds() == fds
-    assert _children() == kids
+    assert open_fds() == fds
+    assert children() == kids
 
 
 def test_unprivileged_setuid_fails_like_cpython():
@@ -147,7 +135,7 @@ print(repr(out))
 
 def test_engine_reports_step_and_reaps():
     """The engine names the failed step; a failed child is gone when it returns."""
-    kids = _children()
+    kids = children()
     with pytest.raises(rdmaspawn.SpawnError) as info:
         rdmaspawn.spawn([b"x"], [b"/bin/true"], cwd=b"/nonexistent")
     assert info.value.step == "chdir" and info.value.errno == 2
@@ -156,7 +144,7 @@ def test_engine_reports_step_and_reaps():
         rdmaspawn.spawn([b"x"], [b"/nonexistent", b"/etc/passwd"])
     # The first error that is not ENOENT wins, as in CPython.
     assert info.value.step == "execve" and info.value.errno == 13
-    assert _children() == kids
+    assert children() == kids
 
 
 def test_engine_keeps_failed_child_when_asked():
@@ -191,9 +179,9 @@ def test_engine_pidfd():
 ])
 def test_engine_rejects_bad_input_before_clone(bad, exc):
     """Bad input raises in the parent; no child is ever created."""
-    kids = _children()
+    kids = children()
     kwargs = {"argv": [b"true"], "exec_list": [b"/bin/true"]}
     kwargs.update(bad)
     with pytest.raises(exc):
         rdmaspawn.spawn(kwargs.pop("argv"), kwargs.pop("exec_list"), **kwargs)
-    assert _children() == kids
+    assert children() == kids

@@ -11,28 +11,9 @@ import subprocess
 import pytest
 
 import rdmaspawn
+from process_state import children, open_fds, rss_kib
 
 ROUNDS = 400  # x 5 spawns each = 2000 spawns
-
-
-def _fds() -> set:
-    return set(os.listdir("/proc/self/fd"))
-
-
-def _children() -> list:
-    out = []
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/children") as f:
-            out += f.read().split()
-    return out
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def _one_round(i: int) -> None:
@@ -55,12 +36,12 @@ def test_thousands_of_spawns_leak_nothing():
     """fds, children and RSS are back where they were after 2000+ spawns."""
     for i in range(20):  # warm caches, lazy imports and allocator pools
         _one_round(i)
-    fds, kids, rss = _fds(), _children(), _rss_kib()
+    fds, kids, rss = open_fds(), children(), rss_kib()
     for i in range(ROUNDS):
         _one_round(i)
-    assert _fds() == fds
-    assert _children() == kids
-    grown = _rss_kib() - rss
+    assert open_fds() == fds
+    assert children() == kids
+    grown = rss_kib() - rss
     assert grown < 4096, f"RSS grew by {grown} KiB over {ROUNDS * 5} spawns"
 
 
@@ -68,7 +49,7 @@ def test_many_threads_at_once():
     """Spawning from many threads at once: every child right, nothing left over."""
     import threading
 
-    fds, kids = _fds(), _children()
+    fds, kids = open_fds(), children()
     errors = []
 
     def worker(n: int) -> None:
@@ -85,5 +66,5 @@ def test_many_threads_at_once():
     for t in threads:
         t.join()
     assert errors == []
-    assert _fds() == fds
-    assert _children() == kids
+    assert open_fds() == fds
+    assert children() == kids
