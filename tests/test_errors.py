@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import rdmaspawn
-from process_state import children, open_fds, rss_kib
+from process_state import children, open_fds
 
 ROOT = os.geteuid() == 0
 
