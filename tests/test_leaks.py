@@ -5,7 +5,6 @@ engine and the patched standard library.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
