@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "spawn_latency.py"
+from hazard_helpers import child_env
+
 
 SPAWNERS = ["rdmaspawn", "engine", "subprocess", "subprocess-fork", "posix_spawn", "floor"]
 RDMASPAWN = {"rdmaspawn", "engine"}
@@ -35,17 +35,16 @@ TOO_BIG_GIB = 1 << 20
 
 
 def bench_command() -> list[str]:
-    """The checkout's script where there is one, else the installed module."""
-    if SCRIPT.is_file():
-        return [sys.executable, str(SCRIPT)]
-    return [sys.executable, "-m", "rdmaspawn.benchmarks.spawn_latency"]
+    """The user's command: ``python -m rdmaspawn bench``."""
+    return [sys.executable, "-m", "rdmaspawn", "bench"]
 
 
 def rdmaspawn_importable() -> bool:
     """Whether rdmaspawn (with its built extension) imports, as the benchmark
     would find it: installed, or in place in the checkout."""
     probe = "import rdmaspawn, rdmaspawn._engine; rdmaspawn.Popen; rdmaspawn._engine.spawn"
-    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, check=False)
+    r = subprocess.run([sys.executable, "-c", probe], env=child_env(), capture_output=True,
+                       check=False)
     return r.returncode == 0
 
 
@@ -74,6 +73,7 @@ def test_smallest_configuration_reports_every_spawner(tmp_path: Path) -> None:
         text=True,
         timeout=300,
         check=False,
+        env=child_env(),
     )
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -65,5 +65,5 @@ def test_stdlib_test_subprocess_passes_under_patch():
     expected = f"rdmaspawn {os.path.dirname(rdmaspawn.__file__)}"
     assert expected in out.splitlines(), (
         f"runner imported another rdmaspawn than pytest's ({expected!r}):\n{out[:2000]}")
-    assert proc.returncode == 0, (
-        f"runner exited {proc.returncode}; output tail:\n{out[-TAIL:]}")
+    returncode = proc.returncode
+    assert returncode == 0, f"runner exited {returncode}; output tail:\n{out[-TAIL:]}"

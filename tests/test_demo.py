@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from hazard_helpers import child_env
+
 
 
 def test_demo_end_to_end() -> None:
     """The demo plants the hazard in a helper, fork()ed children die of SIGSEGV, rdmaspawn's exits 0, the doctor says HAZARD; exit 0."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     r = subprocess.run([sys.executable, "-m", "rdmaspawn", "demo"], capture_output=True,
                        text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -24,7 +25,7 @@ def test_demo_end_to_end() -> None:
 
 def test_main_without_command_prints_help() -> None:
     """`python -m rdmaspawn` alone prints the commands and exits 2."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = child_env()
     r = subprocess.run([sys.executable, "-m", "rdmaspawn"], capture_output=True, text=True, env=env)
     assert r.returncode == 2
     for cmd in ("doctor", "demo", "bench"):

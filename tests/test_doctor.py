@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,10 +11,11 @@ from typing import Any, Dict, List
 
 import pytest
 
+from hazard_helpers import child_env
+
 from rdmaspawn._doctor import doctor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV = child_env()
 
 # A child interpreter that optionally plants the real hazard (over a malloc
 # arena), prints its pid and what was planted, and waits.
@@ -126,26 +126,25 @@ def test_no_such_pid_exits_2_without_traceback() -> None:
 def test_unreadable_pid_exits_2_without_traceback() -> None:
     """A process the caller may not inspect: exit 2, one line naming the permission problem.
 
-    As root every process is readable, so the doctor runs as 'nobody' (setpriv)
-    against a process of root's.  That needs an interpreter outside /root and an
-    rdmaspawn it can import.
+    Root may read every process, so a root run drops to 'nobody' inside the
+    child interpreter (after importing rdmaspawn, so nothing needs to be
+    readable by nobody) and inspects a process of root's; a non-root run
+    inspects pid 1.
     """
-    if os.geteuid() != 0:
-        pytest.skip("needs root to run the doctor as another user")
-    setpriv = shutil.which("setpriv")
-    python = "/usr/bin/python3"
-    if setpriv is None or not os.access(python, os.X_OK):
-        pytest.skip("needs setpriv and /usr/bin/python3")
-    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-    probe = subprocess.run([*prefix, python, "-c", "import rdmaspawn._doctor"],
-                           capture_output=True, text=True, env=ENV, cwd="/")
-    if probe.returncode != 0:
-        pytest.skip("'nobody' cannot import rdmaspawn with %s: %s"
-                    % (python, probe.stderr.strip().splitlines()[-1:]))
+    code = textwrap.dedent("""
+        import os, sys
+        from rdmaspawn._doctor import main
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+        sys.exit(main(["--pid", sys.argv[1]]))
+    """)
     with Waiter() as w:
-        r = subprocess.run([*prefix, python, "-m", "rdmaspawn", "doctor", "--pid", str(w.pid)],
-                           capture_output=True, text=True, env=ENV, cwd="/", timeout=60)
+        target = w.pid if os.geteuid() == 0 else 1
+        r = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
+                           text=True, env=ENV, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
-    assert r.stderr.startswith("rdmaspawn doctor: not allowed to read")
+    assert r.stderr.startswith("rdmaspawn doctor: not allowed to read"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

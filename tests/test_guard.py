@@ -11,8 +11,9 @@ from typing import Any, Dict
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+from hazard_helpers import child_env
+
+ENV = child_env()
 
 # `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
 # real madvise(): a fork() child survives it (nothing touches that page), so

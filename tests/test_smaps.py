@@ -11,16 +11,16 @@ import time
 
 import pytest
 
+from hazard_helpers import child_env
+
 from rdmaspawn import _smaps
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Maps `n` one-page regions with alternating protection (so they stay separate
 # mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
 # a file whose name contains " dc ", and prints what it did.
 _PLANT = textwrap.dedent("""
     import ctypes, json, mmap, os, sys, tempfile, time
-    sys.path.insert(0, %(root)r)
     from rdmaspawn import _smaps
     n, dc = %(n)d, %(dc)d
     libc = ctypes.CDLL(None, use_errno=True)
@@ -50,8 +50,8 @@ _PLANT = textwrap.dedent("""
 class Child:
     def __init__(self, n: int = 10, dc: int = -1) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _PLANT % {"root": ROOT, "n": n, "dc": dc}],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [sys.executable, "-c", _PLANT % {"n": n, "dc": dc}],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
         self.pid: int = self.info["pid"]
