@@ -154,8 +154,9 @@ def _doctor_line(doctor: Any, pid: int) -> str:
             worst = f
             break
     if worst is None:
-        return report.verdict
-    return "%s -- %s at 0x%x (%s)" % (report.verdict, worst.kind, worst.mapping.start, worst.risk)
+        return str(report.verdict)
+    return "%s -- %s at 0x%x (%s)" % (str(report.verdict), worst.kind, worst.mapping.start,
+                                      worst.risk)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "rdmaspawn demo") -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Iterable, List, Mapping, NamedTuple, Optional, Sequence
 
 from ._rdmaspawn_cffi import ffi, lib
 
@@ -45,6 +45,7 @@ class SpawnError(OSError):
     (``reap_on_failure=False``), else None.
     """
 
+    errno: int
     step: str
     pid: Optional[int]
 
@@ -89,7 +90,7 @@ def _fsencode(value: object) -> bytes:
     return data
 
 
-def _string_array(items: Iterable[object], keep: list) -> object:
+def _string_array(items: Iterable[object], keep: List[Any]) -> Any:
     encoded = [_fsencode(item) for item in items]
     blob = ffi.from_buffer(b"\0".join(encoded) + b"\0")
     array = ffi.new("char *[]", len(encoded) + 1)
@@ -100,7 +101,7 @@ def _string_array(items: Iterable[object], keep: list) -> object:
     return array
 
 
-def env_list(env: "Mapping[object, object]") -> "list[bytes]":
+def env_list(env: Mapping[object, object]) -> list[bytes]:
     """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() checks it."""
     out = []
     for key, value in env.items():
@@ -150,7 +151,7 @@ def spawn(
     fail_status: int = 255,
     close_method: str = "auto",
     force_clone: bool = False,
-) -> "tuple[int, int]":
+) -> tuple[int, int]:
     """Start a child and return ``(pid, pidfd)``; pidfd is -1 unless asked for.
 
     The child is created with CLONE_VM|CLONE_VFORK on a stack of its own: it
@@ -160,7 +161,7 @@ def spawn(
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
     """
-    keep: list = []
+    keep: List[Any] = []
     req = ffi.new("struct rs_request *")
     res = ffi.new("struct rs_result *")
 
@@ -231,7 +232,7 @@ def spawn(
     return res.pid, res.pidfd
 
 
-def _status(call: str) -> "tuple[int, Optional[str], int]":
+def _status(call: str) -> tuple[int, Optional[str], int]:
     path = ffi.new("char[]", 4096)
     err = ffi.new("int *")
     if call == "init":

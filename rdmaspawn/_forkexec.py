@@ -84,7 +84,7 @@ def _convert_id(value: Any, what: str) -> Optional[int]:
         raise OverflowError(f"{what} is less than minimum")
     if value > 0xFFFFFFFF:
         raise OverflowError(f"{what} is greater than maximum")
-    return value
+    return int(value)
 
 
 def _check_fds_to_keep(fds_to_keep: Any) -> None:
@@ -170,7 +170,7 @@ def _cpython_fork_exec() -> Callable[..., int]:
     # Under patch() or guard() the module attribute may be a wrapper.
     while hasattr(func, "__wrapped__"):
         func = func.__wrapped__
-    return func  # type: ignore[no-any-return]
+    return func
 
 
 #: The engine-based fork_exec used by rdmaspawn.Popen.

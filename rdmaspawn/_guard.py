@@ -143,7 +143,7 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     def guarded_fork(*args: Any, **kwargs: Any) -> Any:
         if guarded_fork in _active:
             _check(what)
-        return guarded_fork.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]
+        return guarded_fork.__wrapped__(*args, **kwargs)
 
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
@@ -152,7 +152,7 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
 def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     @functools.wraps(original, updated=())
     def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
-        inner = guarded_fork_exec.__wrapped__  # type: ignore[attr-defined]
+        inner = guarded_fork_exec.__wrapped__
         if guarded_fork_exec in _active and _fork_exec_forks(args, _forks_only_for_preexec(inner)):
             _check(what)
         return inner(*args, **kwargs)
@@ -161,11 +161,14 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
     return guarded_fork_exec
 
 
-def _targets() -> List[Tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]]:
+_Target = Tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
+
+
+def _targets() -> List[_Target]:
     import _posixsubprocess
     import subprocess
 
-    out = [
+    out: List[_Target] = [
         (os, "fork", _wrap_fork, "os.fork()"),
         (os, "forkpty", _wrap_fork, "os.forkpty()"),
         (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
@@ -227,7 +230,7 @@ def unguard() -> None:
 
 def _remove(module: Any, attr: str, mine: Any) -> bool:
     """Take ``mine`` out: off the attribute, or spliced out of a ``__wrapped__`` chain."""
-    current = getattr(module, attr, None)
+    current: Any = getattr(module, attr, None)
     if current is mine:
         setattr(module, attr, mine.__wrapped__)
         return True

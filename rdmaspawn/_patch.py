@@ -13,13 +13,12 @@ patched: ``os.fork`` itself, multiprocessing's ``fork`` start method and
 """
 from __future__ import annotations
 
+import _posixsubprocess
 import contextlib
 import os
 import subprocess
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
-
-import _posixsubprocess
 
 from . import _forkexec, _posixspawn, _spawnv
 
@@ -67,7 +66,7 @@ def patch() -> None:
         fork_exec = _forkexec.make_fork_exec(_posixsubprocess.fork_exec)
         _swap(done, _posixsubprocess, "fork_exec", fork_exec)
         if hasattr(subprocess, "_fork_exec"):
-            sub_fork_exec = _forkexec.make_fork_exec(subprocess._fork_exec)  # type: ignore[attr-defined]
+            sub_fork_exec = _forkexec.make_fork_exec(subprocess._fork_exec)
             _swap(done, subprocess, "_fork_exec", sub_fork_exec)
         _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
         if hasattr(os, "_spawnvef"):

@@ -46,7 +46,7 @@ class _PipeRecorder:
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
-    def pipe(self) -> "tuple[int, int]":
+    def pipe(self) -> tuple[int, int]:
         fds = os.pipe()
         made = getattr(self._local, "made", None)
         if made is not None:
@@ -54,7 +54,7 @@ class _PipeRecorder:
         return fds
 
     @classmethod
-    def begin(cls) -> "list[int]":
+    def begin(cls) -> list[int]:
         cls._local.made = []
         return cls._local.made  # type: ignore[no-any-return]
 

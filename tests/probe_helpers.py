@@ -107,7 +107,7 @@ if os.geteuid() == 0:
     FLAGS += ["user", "group", "extra_groups"]
 
 
-def combination_kwargs(flags: "list[str]") -> Dict[str, Any]:
+def combination_kwargs(flags: list[str]) -> Dict[str, Any]:
     """Popen keyword arguments for one combination of FLAGS."""
     kw: Dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
                           "stderr": subprocess.DEVNULL}
@@ -130,14 +130,14 @@ def combination_kwargs(flags: "list[str]") -> Dict[str, Any]:
     return kw
 
 
-def all_combinations() -> "list[list[str]]":
+def all_combinations() -> list[list[str]]:
     import itertools
 
     return [list(c) for n in range(len(FLAGS) + 1)
             for c in itertools.combinations(FLAGS, n)]
 
 
-def comparable(report: Dict[str, Any], flags: "list[str]") -> Dict[str, Any]:
+def comparable(report: Dict[str, Any], flags: list[str]) -> Dict[str, Any]:
     """What must match across processes: with close_fds=False the child
     inherits whatever the parent happens to hold, so keep 0-2 and PASS_FD."""
     if "close_fds_false" in flags:
@@ -147,7 +147,7 @@ def comparable(report: Dict[str, Any], flags: "list[str]") -> Dict[str, Any]:
     return report
 
 
-def run_combinations(popen: Any, probe: str) -> "list[Dict[str, Any]]":
+def run_combinations(popen: Any, probe: str) -> list[Dict[str, Any]]:
     """Run the probe once per combination with ``popen``; return comparable reports."""
     import warnings
 

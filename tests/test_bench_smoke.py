@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hazard_helpers import child_env
-
 
 SPAWNERS = ["rdmaspawn", "engine", "subprocess", "subprocess-fork", "posix_spawn", "floor"]
 RDMASPAWN = {"rdmaspawn", "engine"}

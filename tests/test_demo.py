@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from hazard_helpers import child_env
-
 
 
 def test_demo_end_to_end() -> None:

@@ -10,7 +10,6 @@ import textwrap
 from typing import Any, Dict, List
 
 import pytest
-
 from hazard_helpers import child_env
 
 from rdmaspawn._doctor import doctor
@@ -40,7 +39,7 @@ class Waiter:
         self.info: Dict[str, Any] = json.loads(self.proc.stdout.readline())
         self.pid: int = self.info["pid"]
 
-    def __enter__(self) -> "Waiter":
+    def __enter__(self) -> Waiter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from process_state import children, open_fds
 
 import rdmaspawn
-from process_state import children, open_fds
 
 ROOT = os.geteuid() == 0
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from typing import Any, Dict
 
 import pytest
-
 from hazard_helpers import child_env
 
 ENV = child_env()

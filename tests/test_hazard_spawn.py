@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-
 from hazard_helpers import run_with_hazard
 from probe_helpers import FLAGS, all_combinations, probe_path, run_combinations
 
@@ -22,13 +20,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["verbs", "madvise"]
 
 # Runs first in every snippet: the hazard must be live, or the test proves nothing.
-FORK_DIES = """
-sys.path.insert(0, {here!r})
+FORK_DIES = f"""
+sys.path.insert(0, {HERE!r})
 pid = os.fork()
 if pid == 0:
     os._exit(0)
 assert describe(os.waitpid(pid, 0)[1]) == "signal SIGSEGV", "hazard not live"
-""".format(here=HERE)
+"""
 
 
 def _as_main(body: str) -> str:
@@ -113,14 +111,14 @@ def test_every_combination_matches_cpython_without_hazard():
     probe = probe_path()
     expected = run_combinations(subprocess.Popen, probe)
     assert len(expected) == 2 ** len(FLAGS)
-    res = run_with_hazard(FORK_DIES + """
+    res = run_with_hazard(FORK_DIES + f"""
 import json, subprocess, rdmaspawn
 from probe_helpers import run_combinations
 ours = run_combinations(rdmaspawn.Popen, {probe!r})
 rdmaspawn.patch()
 patched = run_combinations(subprocess.Popen, {probe!r})
 print(json.dumps([ours, patched]))
-""".format(probe=probe), "auto", timeout=600)
+""", "auto", timeout=600)
     ours, patched = _last_json(res)
     combos = all_combinations()
     for name, got in (("rdmaspawn.Popen", ours), ("patched subprocess.Popen", patched)):

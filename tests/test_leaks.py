@@ -8,9 +8,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from process_state import children, open_fds, rss_kib
 
 import rdmaspawn
-from process_state import children, open_fds, rss_kib
 
 ROUNDS = 400  # x 5 spawns each = 2000 spawns
 

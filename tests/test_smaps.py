@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
-
 from hazard_helpers import child_env
 
 from rdmaspawn import _smaps
-
 
 # Maps `n` one-page regions with alternating protection (so they stay separate
 # mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
@@ -56,7 +53,7 @@ class Child:
         self.info = json.loads(self.proc.stdout.readline())
         self.pid: int = self.info["pid"]
 
-    def __enter__(self) -> "Child":
+    def __enter__(self) -> Child:
         return self
 
     def __exit__(self, *exc: object) -> None:
