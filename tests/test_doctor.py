@@ -131,8 +131,13 @@ def test_unreadable_pid_exits_2_without_traceback() -> None:
     inspects pid 1.
     """
     code = textwrap.dedent("""
-        import os, sys
+        import contextlib, io, os, sys
         from rdmaspawn._doctor import main
+        # One run as we are, so that everything the CLI imports lazily is
+        # loaded while the interpreter's files (under /root for pyenv) are
+        # still readable.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            main(["--pid", str(os.getpid())])
         if os.geteuid() == 0:
             os.setgroups([])
             os.setresgid(65534, 65534, 65534)
