@@ -10,7 +10,9 @@
  * (which clone path ran, the fork status), then "N passed, N failed, N todo";
  * exits 1 if anything failed. Run with an argument it is a child that inspects
  * itself (see child_mode()); RS_HARNESS_WRAP=/path/to/qemu-aarch64 makes those
- * children run through that program (no binfmt_misc needed).
+ * children run through that program (no binfmt_misc needed), and
+ * RS_HARNESS_NO_THREADS=1 skips the threads check: qemu-user 7.2 leaves some
+ * children forked from a multi-threaded process deadlocked inside qemu.
  *
  * valgrind and qemu-user run a CLONE_VM|CLONE_VFORK child as a plain fork, so
  * the child's error report never reaches the parent (glibc's own posix_spawn()
@@ -29,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,12 +214,12 @@ static void expect_fail(struct rs_request *r, int err, int step, const char *wha
         printf("#   the child exited %d\n", wait_exit(res.pid));
         if (res.pidfd >= 0)
             close(res.pidfd);
-    }
-    else if (r->reap_on_failure)
+    } else if (r->reap_on_failure) {
         CHECK(waitpid(res.pid, NULL, WNOHANG) < 0 && errno == ECHILD,
               "reap_on_failure=1: already reaped");
-    else
+    } else {
         CHECK(wait_exit(res.pid) == r->fail_status, "reap_on_failure=0: exits with fail_status");
+    }
     todo = NULL;
 }
 
@@ -437,6 +438,10 @@ static void test_threads(void)
 {
     pthread_t t[N_THREADS];
     int started = 0;
+    if (getenv("RS_HARNESS_NO_THREADS")) {
+        printf("# threads: skipped (RS_HARNESS_NO_THREADS)\n");
+        return;
+    }
     for (long i = 0; i < N_THREADS; i++)
         started += pthread_create(&t[i], NULL, spawner, (void *)i) == 0;
     for (int i = 0; i < started; i++)
