@@ -39,6 +39,10 @@ static int fail(struct rs_child *c, int step, long rc)
 {
     c->step = step;
     c->err = (int)-rc;
+    if (c->report_fd >= 0) {
+        int msg[2] = { (int)-rc, step };
+        rs_sys3(SYS_write, c->report_fd, (long)msg, sizeof msg);
+    }
     return c->req->fail_status;
 }
 
@@ -204,6 +208,8 @@ int rs_child_main(void *arg)
         return fail(c, RS_STEP_SIGNALS, rc);
 
     for (int i = 0; i < r->n_keep_fds; i++) {
+        if (r->keep_fds[i] == c->report_fd)
+            continue;   /* kept open through close_fds, closed by exec */
         rc = clear_cloexec(r->keep_fds[i]);
         if (rc < 0)
             return fail(c, RS_STEP_KEEP_FDS, rc);

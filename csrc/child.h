@@ -10,6 +10,7 @@ struct rs_child {
     char *const *envp;          /* req->envp, or the parent's environ */
     uint64_t mask;              /* the parent thread's signal mask before the spawn */
     int handlers_cleared;       /* clone3 with CLONE_CLEAR_SIGHAND did it already */
+    int report_fd;              /* -1, or where to write {err, step} (see spawn.c) */
     /* Written by the child only, read by the parent only after the child has
      * exec'd or exited (CLONE_VFORK): no other synchronisation is needed. */
     int err;

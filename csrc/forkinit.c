@@ -116,10 +116,12 @@ int rs_fork_init(char *libpath, int libpath_len, int *err)
             *err = rc;
         }
     }
-    /* Once ibv_fork_init() has run, the library must stay: its tracking
-     * tree lives in it. Keep the reference dlopen() gave us. */
-    if (state != RS_FORK_ENABLED)
+    /* Once ibv_fork_init() has run here, the library must stay: its
+     * tracking tree lives in it. Keep that one reference, and no other. */
+    if (!(state == RS_FORK_ENABLED && initialized_here == 1))
         dlclose(h);
+    if (initialized_here == 1)
+        initialized_here = 2;   /* the reference is kept; later calls drop theirs */
     pthread_mutex_unlock(&lock);
     return state;
 }

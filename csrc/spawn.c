@@ -8,7 +8,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -109,11 +111,11 @@ static long clone_with_glibc(struct rs_child *c, char *stack, size_t size,
     int flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
     c->handlers_cleared = 0;
     long pid = clone(rs_child_main, stack + size,
-                     flags | (want_pidfd ? CLONE_PIDFD : 0), c, pidfd);
+                     flags | (want_pidfd ? CLONE_PIDFD : 0), c, pidfd, NULL, NULL);
     if (pid < 0 && errno == EINVAL && want_pidfd) {
         /* Linux < 5.2 has no CLONE_PIDFD. */
         *pidfd = -1;
-        pid = clone(rs_child_main, stack + size, flags, c, pidfd);
+        pid = clone(rs_child_main, stack + size, flags, c, pidfd, NULL, NULL);
     }
     return pid < 0 ? -errno : pid;
 }
@@ -187,13 +189,80 @@ static char *thread_stack(int *owned)
     return map + page;
 }
 
+/*
+ * Does a CLONE_VM child share our memory? On every real kernel, yes. But
+ * valgrind and qemu-user run CLONE_VM|CLONE_VFORK as a plain fork, and then
+ * the child's report written into memory never reaches us: a missing
+ * executable would look like a child that exits 255. Asked once per process
+ * with a child that only sets a flag; where the answer is no, the child
+ * reports through a CLOEXEC pipe instead. 1: shared, -1: not, 0: not asked.
+ */
+static int memory_shared;
+
+static int set_flag(void *flag)
+{
+    *(volatile int *)flag = 1;
+    return 0;
+}
+
+static int memory_is_shared(char *stack)
+{
+    int state = __atomic_load_n(&memory_shared, __ATOMIC_RELAXED);
+    if (state == 0) {
+        volatile int flag = 0;
+        long pid = clone(set_flag, stack + RS_STACK_SIZE,
+                         CLONE_VM | CLONE_VFORK | SIGCHLD, (void *)&flag,
+                         NULL, NULL, NULL);
+        if (pid < 0)
+            return 1;   /* the spawn itself will fail and say why */
+        while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        state = flag ? 1 : -1;
+        __atomic_store_n(&memory_shared, state, __ATOMIC_RELAXED);
+    }
+    return state > 0;
+}
+
+/* Pipe mode: keep_fds plus the report fd, still ascending, in *merged. */
+static int add_report_fd(struct rs_request *r, int fd, int **merged)
+{
+    int n = r->n_keep_fds, j = 0;
+    int *out = malloc(((size_t)n + 1) * sizeof *out);
+    if (!out)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (j == i && r->keep_fds[i] > fd)
+            out[j++] = fd;
+        out[j++] = r->keep_fds[i];
+    }
+    if (j == n)
+        out[j++] = fd;
+    r->keep_fds = out;
+    r->n_keep_fds = n + 1;
+    *merged = out;
+    return 0;
+}
+
+static void read_report(int fd, struct rs_child *c)
+{
+    int msg[2];
+    ssize_t n;
+    while ((n = read(fd, msg, sizeof msg)) < 0 && errno == EINTR)
+        ;
+    if (n == (ssize_t)sizeof msg) {
+        c->err = msg[0];
+        c->step = msg[1];
+    }
+}
+
 int rs_spawn(const struct rs_request *req, struct rs_result *res)
 {
     int saved_errno = errno;
     struct rs_request r = *req;
     struct rs_child c;
     uint64_t all = ~(uint64_t)0;
-    int pidfd = -1, owned;
+    int pidfd = -1, owned, report[2] = { -1, -1 };
+    int *merged = NULL;
 
     res->pid = -1;
     res->pidfd = -1;
@@ -204,6 +273,7 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
     memset(&c, 0, sizeof c);
     c.req = &r;
     c.envp = r.envp ? r.envp : environ;
+    c.report_fd = -1;
 
     char *stack = thread_stack(&owned);
     if (!stack) {
@@ -218,12 +288,26 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
      * child before it has reset them; the child inherits this mask. */
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&c.mask,
             sizeof(uint64_t));
-    long pid = start_child(&c, stack, RS_STACK_SIZE, &pidfd,
-                           &res->clone_method);
+    long pid;
+    if (!memory_is_shared(stack) &&
+        (pipe2(report, O_CLOEXEC) < 0 ||
+         (r.close_fds && add_report_fd(&r, report[1], &merged) < 0))) {
+        pid = -errno;
+    } else {
+        c.report_fd = report[1];
+        pid = start_child(&c, stack, RS_STACK_SIZE, &pidfd, &res->clone_method);
+    }
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c.mask, 0,
             sizeof(uint64_t));
     if (owned)
         munmap(stack - sysconf(_SC_PAGESIZE), RS_STACK_SIZE + sysconf(_SC_PAGESIZE));
+    if (report[1] >= 0) {
+        close(report[1]);
+        if (pid > 0)
+            read_report(report[0], &c);   /* EOF at the child's exec or exit */
+        close(report[0]);
+    }
+    free(merged);
 
     if (pid < 0) {
         res->err = (int)-pid;
