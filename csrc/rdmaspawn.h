@@ -28,7 +28,8 @@ enum rs_step {
     RS_STEP_SETGID = 11,
     RS_STEP_SETUID = 12,
     RS_STEP_CLOSE_FDS = 13,
-    RS_STEP_EXEC = 14
+    RS_STEP_EXEC = 14,
+    RS_STEP_PREPARE = 15    /* parent: memory for the request */
 };
 
 /* How the child closes the fds it must not inherit (tests force each). */
@@ -99,6 +100,34 @@ const char *rs_step_name(int step);
 /* Fill out[0..n-1] with pointers to the n NUL-terminated strings that lie
  * back to back in blob, and out[n] with NULL. */
 void rs_split_blob(const char *blob, int n, char **out);
+
+/* Flags of rs_spawn_packed(). */
+enum rs_flags {
+    RS_F_CLOSE_FDS = 1,
+    RS_F_RESTORE_SIGNALS = 2,
+    RS_F_SETSID = 4,
+    RS_F_WANT_PIDFD = 8,
+    RS_F_REAP_ON_FAILURE = 16,
+    RS_F_FORCE_CLONE = 32
+};
+
+/*
+ * rs_spawn() with the request as flat arguments, for the Python binding: one
+ * call (one GIL release) and no struct built field by field. String lists
+ * are blobs of n NUL-terminated strings back to back; nenv < 0 inherits the
+ * environment, ngroups < 0 leaves the groups, gid/uid < 0 leave the ids.
+ */
+int rs_spawn_packed(const char *argv_blob, int argc,
+                    const char *exec_blob, int nexec,
+                    const char *env_blob, int nenv,
+                    const char *cwd,
+                    const int *keep_fds, int n_keep_fds,
+                    const int *close_first, int n_close_first,
+                    int stdin_fd, int stdout_fd, int stderr_fd,
+                    int flags, int close_method, int umask, int pgid,
+                    const unsigned int *groups, int ngroups,
+                    long long gid, long long uid, int fail_status,
+                    struct rs_result *res);
 
 /* libibverbs fork support. */
 enum rs_fork_state {

@@ -71,6 +71,7 @@ static const char *const step_names[] = {
     [RS_STEP_SETUID] = "setresuid",
     [RS_STEP_CLOSE_FDS] = "close_fds",
     [RS_STEP_EXEC] = "execve",
+    [RS_STEP_PREPARE] = "malloc",
 };
 
 const char *rs_step_name(int step)

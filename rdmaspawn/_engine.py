@@ -90,15 +90,10 @@ def _fsencode(value: object) -> bytes:
     return data
 
 
-def _string_array(items: Iterable[object], keep: List[Any]) -> Any:
+def _blob(items: Iterable[object]) -> "tuple[bytes, int]":
+    """Strings as one blob of NUL-terminated strings, and their count."""
     encoded = [_fsencode(item) for item in items]
-    blob = ffi.from_buffer(b"\0".join(encoded) + b"\0")
-    array = ffi.new("char *[]", len(encoded) + 1)
-    lib.rs_split_blob(blob, len(encoded), array)
-    # The request holds raw pointers: both must outlive the call.
-    keep.append(blob)
-    keep.append(array)
-    return array
+    return b"\0".join(encoded) + b"\0", len(encoded)
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -161,65 +156,34 @@ def spawn(
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
     """
-    keep: List[Any] = []
-    req = ffi.new("struct rs_request *")
-    res = ffi.new("struct rs_result *")
-
-    req.argv = _string_array(argv, keep)
-    req.exec_list = _string_array(exec_list, keep)
-    if env is not None:
-        req.envp = _string_array(env, keep)
-    if cwd is not None:
-        cwd_c = ffi.new("char[]", _fsencode(cwd))
-        keep.append(cwd_c)
-        req.cwd = cwd_c
-
-    fds = sorted({_fd(fd, "pass_fds item") for fd in pass_fds})
+    argv_blob, argc = _blob(argv)
+    exec_blob, nexec = _blob(exec_list)
+    env_blob, nenv = _blob(env) if env is not None else (ffi.NULL, -1)
+    fds = sorted({_fd(fd, "pass_fds item") for fd in pass_fds}) if pass_fds else []
     if fds and fds[0] < 0:
         raise ValueError("bad value(s) in pass_fds")
-    if fds:
-        keep_c = ffi.new("int[]", fds)
-        keep.append(keep_c)
-        req.keep_fds = keep_c
-        req.n_keep_fds = len(fds)
     closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
-    if closing:
-        close_c = ffi.new("int[]", closing)
-        keep.append(close_c)
-        req.close_first = close_c
-        req.n_close_first = len(closing)
-
-    req.stdin_fd = _fd(stdin, "stdin")
-    req.stdout_fd = _fd(stdout, "stdout")
-    req.stderr_fd = _fd(stderr, "stderr")
-    req.close_fds = bool(close_fds)
-    try:
-        req.close_method = _CLOSE_METHODS[close_method]
-    except KeyError:
-        raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}") from None
-    req.umask = umask if umask >= 0 else -1
-    req.restore_signals = bool(restore_signals)
-    req.setsid = bool(setsid)
-    req.pgid = pgid if pgid is not None and pgid >= 0 else -1
-    if groups is not None:
-        gids = [_id(g, "group") for g in groups]
-        groups_c = ffi.new("unsigned int[]", gids or [0])
-        keep.append(groups_c)
-        req.set_groups = 1
-        req.groups = groups_c
-        req.n_groups = len(gids)
-    if gid is not None:
-        req.set_gid = 1
-        req.gid = _id(gid, "gid")
-    if uid is not None:
-        req.set_uid = 1
-        req.uid = _id(uid, "uid")
-    req.want_pidfd = bool(want_pidfd)
-    req.reap_on_failure = bool(reap_on_failure)
-    req.fail_status = fail_status
-    req.force_clone = bool(force_clone)
-
-    lib.rs_spawn(req, res)  # cffi releases the GIL for the whole call
+    if close_method not in _CLOSE_METHODS:
+        raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
+    gids = [_id(g, "group") for g in groups] if groups is not None else []
+    flags = ((close_fds and lib.RS_F_CLOSE_FDS) | (restore_signals and lib.RS_F_RESTORE_SIGNALS)
+             | (setsid and lib.RS_F_SETSID) | (want_pidfd and lib.RS_F_WANT_PIDFD)
+             | (reap_on_failure and lib.RS_F_REAP_ON_FAILURE)
+             | (force_clone and lib.RS_F_FORCE_CLONE))
+    res = ffi.new("struct rs_result *")
+    # One call; cffi passes bytes and lists as pointers valid for its length,
+    # and releases the GIL for the whole spawn.
+    lib.rs_spawn_packed(
+        argv_blob, argc, exec_blob, nexec, env_blob, nenv,
+        _fsencode(cwd) if cwd is not None else ffi.NULL,
+        fds or ffi.NULL, len(fds), closing or ffi.NULL, len(closing),
+        _fd(stdin, "stdin"), _fd(stdout, "stdout"), _fd(stderr, "stderr"),
+        flags, _CLOSE_METHODS[close_method], umask if umask >= 0 else -1,
+        pgid if pgid is not None and pgid >= 0 else -1,
+        gids or ffi.NULL, len(gids) if groups is not None else -1,
+        _id(gid, "gid") if gid is not None else -1,
+        _id(uid, "uid") if uid is not None else -1,
+        fail_status, res)
     if res.err:
         step = ffi.string(lib.rs_step_name(res.step)).decode()
         pid = None if res.pid < 0 or reap_on_failure else res.pid
