@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Any, Iterable, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from ._rdmaspawn_cffi import ffi, lib
 
@@ -90,7 +90,7 @@ def _fsencode(value: object) -> bytes:
     return data
 
 
-def _blob(items: Iterable[object]) -> "tuple[bytes, int]":
+def _blob(items: Iterable[object]) -> tuple[bytes, int]:
     """Strings as one blob of NUL-terminated strings, and their count."""
     encoded = [_fsencode(item) for item in items]
     return b"\0".join(encoded) + b"\0", len(encoded)

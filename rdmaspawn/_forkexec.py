@@ -26,7 +26,7 @@ _NARGS = 23 if sys.version_info >= (3, 11) else 21
 # 3.13 tells a failed chdir() apart from other failures before exec.
 _CHDIR_TAG = (
     b"noexec:chdir"
-    if "noexec:chdir" in subprocess.Popen._execute_child.__code__.co_consts
+    if "noexec:chdir" in vars(subprocess.Popen)["_execute_child"].__code__.co_consts
     else b"noexec"
 )
 

@@ -13,7 +13,6 @@ import os
 from typing import Iterator
 
 import pytest
-
 from hazard_helpers import child_env
 
 
