@@ -1,0 +1,121 @@
+"""patch(), unpatch(), patched(), is_patched(): what they replace, and that
+they are idempotent, reversible and thread-safe. Each test runs in a fresh
+interpreter so that the pytest process's subprocess module stays pristine.
+"""
+from __future__ import annotations
+
+import json
+
+from hazard_helpers import run_with_hazard
+
+
+def _run(code: str) -> dict:
+    res = run_with_hazard(code, None)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_patch_routes_through_the_engine_and_unpatch_restores():
+    """After patch() every stdlib spawn path reaches the engine; unpatch() puts
+    back the very objects that were there."""
+    out = _run("""
+        import json, os, subprocess, _posixsubprocess, rdmaspawn
+        from rdmaspawn import _engine
+        calls = []
+        real = _engine.spawn
+        def counting(*a, **k):
+            calls.append(1)
+            return real(*a, **k)
+        _engine.spawn = counting
+        before = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None),
+                  subprocess.Popen._posix_spawn, os._spawnvef)
+        out = {"patched_before": rdmaspawn.is_patched()}
+        rdmaspawn.patch(); rdmaspawn.patch()            # idempotent
+        out["patched"] = rdmaspawn.is_patched()
+        def used(fn):
+            n = len(calls); fn(); return len(calls) - n
+        out["run"] = used(lambda: subprocess.run(["/bin/true"]))
+        out["run close_fds=False"] = used(lambda: subprocess.run(["/bin/true"], close_fds=False))
+        out["os.popen"] = used(lambda: os.popen("true").close())
+        out["os.spawnv"] = used(lambda: os.spawnv(os.P_WAIT, "/bin/true", ["true"]))
+        rdmaspawn.unpatch(); rdmaspawn.unpatch()        # idempotent
+        after = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None),
+                 subprocess.Popen._posix_spawn, os._spawnvef)
+        out["restored"] = all(a is b for a, b in zip(before, after))
+        out["after"] = used(lambda: subprocess.run(["/bin/true"]))
+        out["patched_after"] = rdmaspawn.is_patched()
+        print(json.dumps(out))
+    """)
+    assert out == {
+        "patched_before": False, "patched": True, "run": 1, "run close_fds=False": 1,
+        "os.popen": 1, "os.spawnv": 1, "restored": True, "after": 0,
+        "patched_after": False,
+    }
+
+
+def test_patched_context_keeps_an_outer_patch():
+    """patched() undoes only what it did: an outer patch() stays in force."""
+    out = _run("""
+        import json, rdmaspawn
+        seen = []
+        with rdmaspawn.patched():
+            seen.append(rdmaspawn.is_patched())
+        seen.append(rdmaspawn.is_patched())
+        rdmaspawn.patch()
+        with rdmaspawn.patched():
+            seen.append(rdmaspawn.is_patched())
+        seen.append(rdmaspawn.is_patched())
+        print(json.dumps(seen))
+    """)
+    assert out == [True, False, True, True]
+
+
+def test_patch_from_many_threads():
+    """Concurrent patch()/unpatch() from many threads leave a consistent state:
+    patched with the engine's primitive, or pristine with CPython's."""
+    out = _run("""
+        import json, threading, subprocess, _posixsubprocess, rdmaspawn
+        original = _posixsubprocess.fork_exec
+        def flip(n):
+            for i in range(200):
+                (rdmaspawn.patch if (i + n) % 2 else rdmaspawn.unpatch)()
+        ts = [threading.Thread(target=flip, args=(n,)) for n in range(8)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        state = rdmaspawn.is_patched()
+        engine = getattr(_posixsubprocess.fork_exec, "__rdmaspawn__", False)
+        rdmaspawn.unpatch()
+        print(json.dumps([state == engine, _posixsubprocess.fork_exec is original,
+                          subprocess.run(["/bin/true"]).returncode]))
+    """)
+    assert out == [True, True, 0]
+
+
+def test_module_is_a_drop_in_for_subprocess():
+    """import rdmaspawn as subprocess: the names code uses are there and work."""
+    out = _run("""
+        import json, subprocess as std
+        import rdmaspawn as subprocess
+        names = ["Popen", "run", "call", "check_call", "check_output", "getoutput",
+                 "getstatusoutput", "PIPE", "STDOUT", "DEVNULL", "CompletedProcess",
+                 "SubprocessError", "CalledProcessError", "TimeoutExpired"]
+        out = {"missing": [n for n in names if not hasattr(subprocess, n)]}
+        out["isinstance"] = isinstance(subprocess.Popen(["/bin/true"]), std.Popen)
+        out["check_output"] = subprocess.check_output(["echo", "hi"], text=True)
+        out["getstatusoutput"] = list(subprocess.getstatusoutput("echo x; exit 3"))
+        out["call"] = subprocess.call(["sh", "-c", "exit 4"])
+        try:
+            subprocess.check_call(["false"])
+        except std.CalledProcessError as exc:
+            out["check_call"] = exc.returncode
+        try:
+            subprocess.run(["sleep", "5"], timeout=0.1)
+        except std.TimeoutExpired as exc:
+            out["timeout"] = round(exc.timeout, 1)
+        out["same_exceptions"] = subprocess.CalledProcessError is std.CalledProcessError
+        print(json.dumps(out))
+    """)
+    assert out == {
+        "missing": [], "isinstance": True, "check_output": "hi\n",
+        "getstatusoutput": [3, "x"], "call": 4, "check_call": 1, "timeout": 0.1,
+        "same_exceptions": True,
+    }
