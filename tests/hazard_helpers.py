@@ -121,48 +121,46 @@ def _require_verbs_env() -> bool:
     return os.environ.get("RDMASPAWN_REQUIRE_VERBS") == "1"
 
 
-@functools.cache
+_VERBS_PROBE = "import ctypes; ctypes.CDLL('libibverbs.so.1')"
+_PYVERBS_PROBE = "import pyverbs.fork"
+
+
+@functools.lru_cache(maxsize=None)
+def _works_in_child(code: str) -> bool:
+    """Whether ``code`` runs in a fresh interpreter (so pytest itself maps nothing)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          check=False).returncode == 0
+
+
+def _require(available: bool, message: str, env_var: str) -> None:
+    """Skip when not ``available``; fail instead when ``env_var`` is 1 (as .ci/run sets)."""
+    if available:
+        return
+    if os.environ.get(env_var) == "1":
+        pytest.fail(f"{message} but {env_var}=1", pytrace=False)
+    pytest.skip(message)
+
+
 def verbs_available() -> bool:
     """Whether libibverbs.so.1 loads (probed in a child, so pytest never maps it)."""
-    probe = "import ctypes; ctypes.CDLL('libibverbs.so.1')"
-    return (
-        subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, check=False
-        ).returncode
-        == 0
-    )
+    return _works_in_child(_VERBS_PROBE)
 
 
 def require_verbs() -> None:
     """Skip (or, under RDMASPAWN_REQUIRE_VERBS=1, fail) when libibverbs is missing."""
-    if verbs_available():
-        return
-    message = "libibverbs.so.1 is not installed (apt-get install libibverbs1)"
-    if _require_verbs_env():
-        pytest.fail(message + " but RDMASPAWN_REQUIRE_VERBS=1", pytrace=False)
-    pytest.skip(message)
+    _require(verbs_available(), "libibverbs.so.1 is not installed (apt-get install libibverbs1)",
+             "RDMASPAWN_REQUIRE_VERBS")
 
 
-@functools.cache
 def pyverbs_available() -> bool:
     """Whether ``import pyverbs.fork`` works (probed in a child)."""
-    probe = "import pyverbs.fork"
-    return (
-        subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, check=False
-        ).returncode
-        == 0
-    )
+    return _works_in_child(_PYVERBS_PROBE)
 
 
 def require_pyverbs() -> None:
     """Skip (or, under RDMASPAWN_REQUIRE_PYVERBS=1, fail) when pyverbs is missing."""
-    if pyverbs_available():
-        return
-    message = "pyverbs is not installed (see DEVELOPERS.md for the recipe)"
-    if os.environ.get("RDMASPAWN_REQUIRE_PYVERBS") == "1":
-        pytest.fail(message + " but RDMASPAWN_REQUIRE_PYVERBS=1", pytrace=False)
-    pytest.skip(message)
+    _require(pyverbs_available(), "pyverbs is not installed (see DEVELOPERS.md for the recipe)",
+             "RDMASPAWN_REQUIRE_PYVERBS")
 
 
 def run_with_hazard(
