@@ -28,6 +28,13 @@ CHILD_STEPS = frozenset(
     for s in range(lib.RS_STEP_KEEP_FDS, lib.RS_STEP_EXEC + 1)
 )
 
+CLOSE_FDS = lib.RS_F_CLOSE_FDS
+RESTORE_SIGNALS = lib.RS_F_RESTORE_SIGNALS
+SETSID = lib.RS_F_SETSID
+WANT_PIDFD = lib.RS_F_WANT_PIDFD
+REAP_ON_FAILURE = lib.RS_F_REAP_ON_FAILURE
+FORCE_CLONE = lib.RS_F_FORCE_CLONE
+
 _CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
                   "loop": lib.RS_CLOSE_LOOP}
 _STATES = {
@@ -91,9 +98,17 @@ def _fsencode(value: object) -> bytes:
 
 
 def _blob(items: Iterable[object]) -> tuple[bytes, int]:
-    """Strings as one blob of NUL-terminated strings, and their count."""
-    encoded = [_fsencode(item) for item in items]
-    return b"\0".join(encoded) + b"\0", len(encoded)
+    """Strings as one blob of NUL-terminated strings, and their count.
+
+    Converted as CPython's PyUnicode_FSConverter does; a NUL inside a string
+    is found by counting the blob's NULs: one check instead of one per item.
+    """
+    encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
+               for item in items]
+    blob = b"\0".join(encoded)
+    if blob.count(0) != max(len(encoded) - 1, 0):
+        raise ValueError("embedded null byte")
+    return blob + b"\0", len(encoded)
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -156,6 +171,24 @@ def spawn(
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
     """
+    if close_method not in _CLOSE_METHODS:
+        raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
+    flags = ((close_fds and CLOSE_FDS) | (restore_signals and RESTORE_SIGNALS)
+             | (setsid and SETSID) | (want_pidfd and WANT_PIDFD)
+             | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
+    return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child,
+                      pass_fds, flags, _CLOSE_METHODS[close_method], umask, pgid, groups,
+                      gid, uid, fail_status)
+
+
+def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
+               env: Optional[Sequence[object]], cwd: object, stdin: int, stdout: int,
+               stderr: int, close_in_child: Sequence[int], pass_fds: Sequence[int],
+               flags: int, close_method: int, umask: int, pgid: Optional[int],
+               groups: Optional[Sequence[int]], gid: Optional[int], uid: Optional[int],
+               fail_status: int) -> tuple[int, int]:
+    """:func:`spawn` with positional arguments and the flags already combined
+    (``CLOSE_FDS | RESTORE_SIGNALS | ...``): the hot path of ``fork_exec``."""
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
     env_blob, nenv = _blob(env) if env is not None else (ffi.NULL, -1)
@@ -163,13 +196,7 @@ def spawn(
     if fds and fds[0] < 0:
         raise ValueError("bad value(s) in pass_fds")
     closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
-    if close_method not in _CLOSE_METHODS:
-        raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
     gids = [_id(g, "group") for g in groups] if groups is not None else []
-    flags = ((close_fds and lib.RS_F_CLOSE_FDS) | (restore_signals and lib.RS_F_RESTORE_SIGNALS)
-             | (setsid and lib.RS_F_SETSID) | (want_pidfd and lib.RS_F_WANT_PIDFD)
-             | (reap_on_failure and lib.RS_F_REAP_ON_FAILURE)
-             | (force_clone and lib.RS_F_FORCE_CLONE))
     res = ffi.new("struct rs_result *")
     # One call; cffi passes bytes and lists as pointers valid for its length,
     # and releases the GIL for the whole spawn.
@@ -178,7 +205,7 @@ def spawn(
         _fsencode(cwd) if cwd is not None else ffi.NULL,
         fds or ffi.NULL, len(fds), closing or ffi.NULL, len(closing),
         _fd(stdin, "stdin"), _fd(stdout, "stdout"), _fd(stderr, "stderr"),
-        flags, _CLOSE_METHODS[close_method], umask if umask >= 0 else -1,
+        flags, close_method, umask if umask >= 0 else -1,
         pgid if pgid is not None and pgid >= 0 else -1,
         gids or ffi.NULL, len(gids) if groups is not None else -1,
         _id(gid, "gid") if gid is not None else -1,
@@ -186,7 +213,7 @@ def spawn(
         fail_status, res)
     if res.err:
         step = ffi.string(lib.rs_step_name(res.step)).decode()
-        pid = None if res.pid < 0 or reap_on_failure else res.pid
+        pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
         filename = None
         if res.step == lib.RS_STEP_CHDIR:
             filename = cwd

@@ -20,6 +20,8 @@ from ._smaps import has_dontfork
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
 
+_CLOSE_AUTO = 0  # rs_close_method: close_range, else /proc, else a loop
+
 # 3.11 added process_group (pgid_to_set) and allow_vfork.
 _NARGS = 23 if sys.version_info >= (3, 11) else 21
 
@@ -138,17 +140,14 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
         # The error pipe stays with the parent: the engine's child reports
         # through shared memory and this function writes the pipe itself.
         keep = [fd for fd in fds_to_keep if fd != errpipe_write]
+        flags = ((close_fds and _engine.CLOSE_FDS)
+                 | (restore_signals and _engine.RESTORE_SIGNALS)
+                 | (call_setsid and _engine.SETSID))
         try:
-            pid, _ = _engine.spawn(
-                argv, exec_list, env=env_list, cwd=cwd,
-                stdin=p2cread, stdout=c2pwrite, stderr=errwrite,
-                close_in_child=(p2cwrite, c2pread, errread, errpipe_read),
-                pass_fds=keep, close_fds=close_fds,
-                umask=child_umask, restore_signals=restore_signals,
-                setsid=call_setsid, pgid=pgid_to_set if pgid_to_set is not None else -1,
-                gid=gid, groups=extra_groups, uid=uid,
-                reap_on_failure=False,
-            )
+            pid, _ = _engine.spawn_flat(
+                argv, exec_list, env_list, cwd, p2cread, c2pwrite, errwrite,
+                (p2cwrite, c2pread, errread, errpipe_read), keep, flags, _CLOSE_AUTO,
+                child_umask, pgid_to_set, extra_groups, gid, uid, 255)
         except _engine.SpawnError as err:
             if err.pid is None:
                 # No child: CPython raises from the failed fork() itself.

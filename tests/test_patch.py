@@ -22,11 +22,11 @@ def test_patch_routes_through_the_engine_and_unpatch_restores():
         import json, os, subprocess, _posixsubprocess, rdmaspawn
         from rdmaspawn import _engine
         calls = []
-        real = _engine.spawn
+        real = _engine.spawn_flat
         def counting(*a, **k):
             calls.append(1)
             return real(*a, **k)
-        _engine.spawn = counting
+        _engine.spawn_flat = counting
         before = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None),
                   subprocess.Popen._posix_spawn, os._spawnvef)
         out = {"patched_before": rdmaspawn.is_patched()}

@@ -156,9 +156,9 @@ class Instruments:
 
         self.rdmaspawn = rdmaspawn
         # Every path into the C core (fork_exec, the posix_spawn shortcut,
-        # os.spawn*) calls _engine.spawn through the module attribute.
-        self.engine = Counter(_engine.spawn)
-        _engine.spawn = self.engine
+        # os.spawn*) ends in _engine.spawn_flat, looked up on the module.
+        self.engine = Counter(_engine.spawn_flat)
+        _engine.spawn_flat = self.engine
         # What patch() replaced, each with what it put there: all of it must
         # still be there after every test.
         for obj, attr, _old, new in _patch._applied:
@@ -194,8 +194,8 @@ class Instruments:
             if getattr(obj, attr) is not new:
                 out.append(f"{name} is {getattr(obj, attr)!r}, not rdmaspawn's {new!r}")
         from rdmaspawn import _engine
-        if _engine.spawn is not self.engine:
-            out.append("rdmaspawn._engine.spawn was replaced")
+        if _engine.spawn_flat is not self.engine:
+            out.append("rdmaspawn._engine.spawn_flat was replaced")
         return out
 
     def check(self, where):
