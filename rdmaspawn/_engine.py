@@ -19,14 +19,7 @@ __all__ = [
     "spawn",
     "fork_init",
     "fork_status",
-    "CHILD_STEPS",
 ]
-
-#: Steps that run in the child; a failure there leaves a (dead) child behind.
-CHILD_STEPS = frozenset(
-    ffi.string(lib.rs_step_name(s)).decode()
-    for s in range(lib.RS_STEP_KEEP_FDS, lib.RS_STEP_EXEC + 1)
-)
 
 CLOSE_FDS = lib.RS_F_CLOSE_FDS
 RESTORE_SIGNALS = lib.RS_F_RESTORE_SIGNALS
