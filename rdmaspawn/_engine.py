@@ -166,11 +166,14 @@ def spawn(
     """
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
+    fds = sorted({_fd(fd, "pass_fds item") for fd in pass_fds})
+    if fds and fds[0] < 0:
+        raise ValueError("bad value(s) in pass_fds")
     flags = ((close_fds and CLOSE_FDS) | (restore_signals and RESTORE_SIGNALS)
              | (setsid and SETSID) | (want_pidfd and WANT_PIDFD)
              | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
     return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child,
-                      pass_fds, flags, _CLOSE_METHODS[close_method], umask, pgid, groups,
+                      fds, flags, _CLOSE_METHODS[close_method], umask, pgid, groups,
                       gid, uid, fail_status)
 
 
@@ -180,14 +183,14 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
                flags: int, close_method: int, umask: int, pgid: Optional[int],
                groups: Optional[Sequence[int]], gid: Optional[int], uid: Optional[int],
                fail_status: int) -> tuple[int, int]:
-    """:func:`spawn` with positional arguments and the flags already combined
-    (``CLOSE_FDS | RESTORE_SIGNALS | ...``): the hot path of ``fork_exec``."""
+    """:func:`spawn` with positional arguments, the flags already combined
+    (``CLOSE_FDS | RESTORE_SIGNALS | ...``) and ``pass_fds`` already checked:
+    ascending, unique, non-negative ints. The hot path of ``fork_exec``, whose
+    caller (CPython's ``_execute_child``) hands it exactly that."""
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
     env_blob, nenv = _blob(env) if env is not None else (ffi.NULL, -1)
-    fds = sorted({_fd(fd, "pass_fds item") for fd in pass_fds}) if pass_fds else []
-    if fds and fds[0] < 0:
-        raise ValueError("bad value(s) in pass_fds")
+    fds = list(pass_fds)
     closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
     gids = [_id(g, "group") for g in groups] if groups is not None else []
     res = ffi.new("struct rs_result *")
