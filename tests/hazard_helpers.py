@@ -3,10 +3,10 @@
 Planting the hazard is one-way: afterwards every fork() child of that process
 dies with SIGSEGV.  So the pytest process never plants it; each test hands a
 snippet to :func:`run_with_hazard`, which runs it in a child interpreter after
-``rdmaspawn._hazard.plant(method)`` and returns the ``CompletedProcess``.
+``rdmaspawn.testing.hazard.plant(method)`` and returns the ``CompletedProcess``.
 
 The snippet runs at module level with ``os``, ``sys``, ``signal``, ``hazard``
-(the :class:`rdmaspawn._hazard.Hazard`) and ``describe(status)`` in scope;
+(the :class:`rdmaspawn.testing.hazard.Hazard`) and ``describe(status)`` in scope;
 ``describe`` turns a ``waitpid`` status into ``"exit N"`` or ``"signal SIGSEGV"``.
 Print what the test should check, e.g.::
 
@@ -24,10 +24,6 @@ libibverbs is missing or cannot plant here (e.g. it reports fork support
 "unneeded"), unless ``RDMASPAWN_REQUIRE_VERBS=1`` makes that a failure; any
 other method failing to plant fails the test.
 
-Other tests that start a child interpreter should pass it ``env=child_env()``
-rather than putting the repository root on PYTHONPATH: under CI the source
-copy has no compiled extension, and the installed rdmaspawn is the one tested.
-
 Importing: pytest's default ("prepend") import mode puts ``tests/`` on
 ``sys.path``, so test modules can ``from hazard_helpers import run_with_hazard``.
 """
@@ -35,7 +31,6 @@ Importing: pytest's default ("prepend") import mode puts ``tests/`` on
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -71,7 +66,7 @@ hazard = None
 _method = {method!r}
 # Not when multiprocessing's "spawn"/"forkserver" re-imports this file as __mp_main__.
 if _method is not None and __name__ == "__main__":
-    from rdmaspawn._hazard import HazardError, plant
+    from rdmaspawn.testing.hazard import HazardError, plant
     try:
         hazard = plant(_method)
     except HazardError as exc:
@@ -87,34 +82,8 @@ del dataclasses, json, _method
 class HazardRun(subprocess.CompletedProcess):  # type: ignore[type-arg]
     """A ``CompletedProcess`` (text output) plus the planted hazard."""
 
-    #: The child's :class:`~rdmaspawn._hazard.Hazard` as a dict; ``None`` for a control run.
+    #: The child's :class:`~rdmaspawn.testing.hazard.Hazard` as a dict; ``None`` for a control run.
     hazard: dict[str, Any] | None = None
-
-
-def _package_root() -> str | None:
-    """The sys.path entry this process would import ``rdmaspawn`` from, without importing it."""
-    spec = importlib.util.find_spec("rdmaspawn")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.dirname(os.path.abspath(next(iter(spec.submodule_search_locations))))
-
-
-def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default ``os.environ``) with PYTHONPATH led by where this process finds rdmaspawn.
-
-    A child interpreter then tests the same rdmaspawn as pytest does: the
-    installed one under CI (whose source copy has no compiled extension), the
-    source tree in a developer's in-place build.  Prefer this to putting the
-    repository root on PYTHONPATH.
-    """
-    out = dict(os.environ if env is None else env)
-    root = _package_root()
-    if root is not None:
-        rest = [
-            p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != root
-        ]
-        out["PYTHONPATH"] = os.pathsep.join([root, *rest])
-    return out
 
 
 def _require_verbs_env() -> bool:
@@ -173,13 +142,12 @@ def run_with_hazard(
     """Run ``code`` in a fresh interpreter after planting the hazard with ``method``.
 
     Returns a :class:`HazardRun`: the ``CompletedProcess`` (text stdout and
-    stderr) plus ``hazard``, the planted :class:`~rdmaspawn._hazard.Hazard` as
+    stderr) plus ``hazard``, the planted :class:`~rdmaspawn.testing.hazard.Hazard` as
     a dict (``None`` for a control run).  The child runs in an empty temporary
     directory and imports the same ``rdmaspawn`` as this process.
     """
     if method == "verbs":
         require_verbs()
-    child_env_ = child_env(env)
     with tempfile.TemporaryDirectory(prefix="rdmaspawn-hazard-") as tmp:
         record = os.path.join(tmp, "hazard.json")
         script = os.path.join(tmp, "snippet.py")
@@ -191,7 +159,7 @@ def run_with_hazard(
         result = subprocess.run(
             [sys.executable, script],
             cwd=tmp,
-            env=child_env_,
+            env=env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

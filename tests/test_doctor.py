@@ -10,11 +10,9 @@ import textwrap
 from typing import Any, Dict, List
 
 import pytest
-from hazard_helpers import child_env
 
-from rdmaspawn._doctor import doctor
+from rdmaspawn.tools.doctor import doctor
 
-ENV = child_env()
 
 # A child interpreter that optionally plants the real hazard (over a malloc
 # arena), prints its pid and what was planted, and waits.
@@ -22,7 +20,7 @@ _WAITER = textwrap.dedent("""
     import json, os, sys
     info = {"pid": os.getpid()}
     if %(plant)r:
-        from rdmaspawn._hazard import plant
+        from rdmaspawn.testing.hazard import plant
         h = plant(%(plant)r)
         info.update(start=h.start, length=h.length, method=h.method)
     print(json.dumps(info), flush=True)
@@ -34,7 +32,7 @@ class Waiter:
     def __init__(self, plant: Any = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", _WAITER % {"plant": plant}],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=ENV)
+                                     )
         assert self.proc.stdout is not None
         self.info: Dict[str, Any] = json.loads(self.proc.stdout.readline())
         self.pid: int = self.info["pid"]
@@ -48,7 +46,7 @@ class Waiter:
 
 def cli(*args: str, python: str = sys.executable, prefix: List[str] = ()) -> subprocess.CompletedProcess:  # type: ignore[assignment]
     return subprocess.run([*prefix, python, "-m", "rdmaspawn", "doctor", *args],
-                          capture_output=True, text=True, env=ENV, timeout=60)
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_clean_process_is_ok() -> None:
@@ -93,14 +91,14 @@ def test_planted_hazard_in_self() -> None:
     """Inside the hazardous process the doctor also knows libibverbs' fork status and the advice fits."""
     code = textwrap.dedent("""
         import json
-        from rdmaspawn._hazard import plant
+        from rdmaspawn.testing.hazard import plant
         h = plant("auto")
-        from rdmaspawn._doctor import doctor
+        from rdmaspawn.tools.doctor import doctor
         r = doctor()
         print(json.dumps({"verdict": r.verdict, "fork_status": r.fork_status, "method": h.method,
                           "verbs": r.verbs_loaded, "advice": r.advice, "exit": r.exit_code}))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -132,7 +130,7 @@ def test_unreadable_pid_exits_2_without_traceback() -> None:
     """
     code = textwrap.dedent("""
         import contextlib, io, os, sys
-        from rdmaspawn._doctor import main
+        from rdmaspawn.tools.doctor import main
         # One run as we are, so that everything the CLI imports lazily is
         # loaded while the interpreter's files (under /root for pyenv) are
         # still readable.
@@ -147,7 +145,7 @@ def test_unreadable_pid_exits_2_without_traceback() -> None:
     with Waiter() as w:
         target = w.pid if os.geteuid() == 0 else 1
         r = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
-                           text=True, env=ENV, timeout=60)
+                           text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("rdmaspawn doctor: not allowed to read"), r.stderr

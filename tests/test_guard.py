@@ -9,9 +9,7 @@ import textwrap
 from typing import Any, Dict
 
 import pytest
-from hazard_helpers import child_env
 
-ENV = child_env()
 
 # `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
 # real madvise(): a fork() child survives it (nothing touches that page), so
@@ -19,7 +17,7 @@ ENV = child_env()
 _PRELUDE = textwrap.dedent("""
     import ctypes, json, mmap, os, subprocess, sys, warnings
     import _posixsubprocess
-    import rdmaspawn._guard as G
+    import rdmaspawn.tools.guard as G
     out = {}
     def mark():
         libc = ctypes.CDLL(None, use_errno=True)
@@ -52,7 +50,7 @@ _PRELUDE = textwrap.dedent("""
 
 def run(code: str) -> Dict[str, Any]:
     src = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
-    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=ENV,
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -108,9 +106,9 @@ def test_warn_mode_warns_and_forks() -> None:
 
 
 def test_warn_mode_with_the_real_hazard_is_caught_in_raise_mode() -> None:
-    """The real arena hazard (rdmaspawn._hazard) is caught too: the would-be SIGSEGV becomes an exception."""
+    """The real arena hazard (rdmaspawn.testing.hazard) is caught too: the would-be SIGSEGV becomes an exception."""
     out = run("""
-        from rdmaspawn._hazard import plant
+        from rdmaspawn.testing.hazard import plant
         plant("madvise")
         G.guard("raise")
         attempt("fork", fork_and_exit)

@@ -33,7 +33,7 @@ POSIX_SPAWN = """
 """
 
 IN_SMAPS = """
-    from rdmaspawn._hazard import _is_dontfork
+    from rdmaspawn.testing.hazard import _is_dontfork
     print(_is_dontfork(hazard.arena), _is_dontfork(hazard.start + hazard.length - 1))
 """
 
@@ -111,7 +111,7 @@ def test_madvise_needs_no_libibverbs() -> None:
 
 def test_unknown_method_is_rejected() -> None:
     """plant() validates its argument before touching memory (safe to call in-process)."""
-    from rdmaspawn._hazard import plant
+    from rdmaspawn.testing.hazard import plant
 
     with pytest.raises(ValueError):
         plant("fork")
@@ -148,7 +148,7 @@ def test_pyverbs_shares_the_system_libibverbs() -> None:
         print(int(pyverbs.fork.is_fork_initialized()))
         if int(pyverbs.fork.is_fork_initialized()) != 2:
             pyverbs.fork.fork_init()
-            from rdmaspawn._hazard import plant
+            from rdmaspawn.testing.hazard import plant
             print(plant("verbs").fork_state_before)
             pid = os.fork()
             if pid == 0:

@@ -152,7 +152,8 @@ class Instruments:
         if not patched:
             return
         import rdmaspawn
-        from rdmaspawn import _engine, _patch
+        from rdmaspawn import _engine
+        from rdmaspawn.dropin import patch as _patch
 
         self.rdmaspawn = rdmaspawn
         # Every path into the C core (fork_exec, the posix_spawn shortcut,

@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from rdmaspawn._smaps import (
+from .._procfs import (
     Mapping,
     NoSuchProcessError,
     parse_smaps,
@@ -356,13 +356,13 @@ def _self_facts() -> Dict[str, Any]:
         facts["fork_status"] = None
         facts["fork_error"] = "%s: %s" % (type(e).__name__, e)
     try:
-        from rdmaspawn import _patch
+        from rdmaspawn.dropin import patch as _patch
 
         facts["patched"] = bool(_patch.is_patched())
     except Exception:
         facts["patched"] = None
     # Only look at the guard if something imported it: not imported, not on.
-    guard_mod = sys.modules.get("rdmaspawn._guard")
+    guard_mod = sys.modules.get("rdmaspawn.tools.guard")
     facts["guarded"] = guard_mod.is_guarded() if guard_mod is not None else None
     import multiprocessing
     import multiprocessing.context as mpctx
@@ -401,7 +401,7 @@ def _other_python(pid: int) -> str:
 def doctor(pid: Optional[int] = None) -> Report:
     """Inspect this process (``pid=None``) or another one and return a :class:`Report`.
 
-    Raises :class:`~rdmaspawn._smaps.NoSuchProcessError` (a
+    Raises :class:`~rdmaspawn._procfs.NoSuchProcessError` (a
     ``ProcessLookupError`` and ``FileNotFoundError``) when there is no such
     process and ``PermissionError`` when its memory map may not be read.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 __all__ = ["main"]
 
@@ -25,40 +25,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _bench_module() -> Any:
-    try:
-        from rdmaspawn.benchmarks import spawn_latency
-    except ImportError:
-        # A source checkout (in-place build): benchmarks/ is installed as
-        # rdmaspawn.benchmarks, but here it sits beside the package.
-        import importlib.util
-        import os
-
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "benchmarks", "spawn_latency.py")
-        spec = importlib.util.spec_from_file_location("rdmaspawn_bench", path)
-        if spec is None or spec.loader is None:
-            raise
-        spawn_latency = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = spawn_latency  # dataclasses look it up
-        spec.loader.exec_module(spawn_latency)
-    return spawn_latency
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run a subcommand; return its exit status."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
     # Each subcommand parses its own arguments (and its own --help).
     if args and args[0] == "doctor":
-        from rdmaspawn._doctor import main as doctor_main
+        from .tools.doctor import main as doctor_main
 
         return doctor_main(args[1:])
     if args and args[0] == "demo":
-        from rdmaspawn._demo import main as demo_main
+        from .tools.demo import main as demo_main
 
         return demo_main(args[1:])
     if args and args[0] == "bench":
-        return int(_bench_module().main(args[1:]) or 0)
+        from .bench.spawn_latency import main as bench_main
+
+        return int(bench_main(args[1:]) or 0)
     parser = _parser()
     ns = parser.parse_args(args)
     if ns.command is None:

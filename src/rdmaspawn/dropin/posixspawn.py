@@ -15,7 +15,7 @@ import os
 import subprocess
 from typing import Any, Mapping, Optional
 
-from . import _engine
+from .. import _engine
 
 __all__ = ["posix_spawn_method"]
 

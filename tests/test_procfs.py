@@ -1,4 +1,4 @@
-"""rdmaspawn._smaps: parsing /proc/PID/smaps and the fast DONTFORK check, on real processes."""
+"""rdmaspawn._procfs: parsing /proc/PID/smaps and the fast DONTFORK check, on real processes."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ import textwrap
 import time
 
 import pytest
-from hazard_helpers import child_env
 
-from rdmaspawn import _smaps
+from rdmaspawn import _procfs as _smaps
 
 # Maps `n` one-page regions with alternating protection (so they stay separate
 # mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
 # a file whose name contains " dc ", and prints what it did.
 _PLANT = textwrap.dedent("""
     import ctypes, json, mmap, os, sys, tempfile, time
-    from rdmaspawn import _smaps
+    from rdmaspawn import _procfs as _smaps
     n, dc = %(n)d, %(dc)d
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
@@ -48,7 +47,7 @@ class Child:
     def __init__(self, n: int = 10, dc: int = -1) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _PLANT % {"n": n, "dc": dc}],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
         self.pid: int = self.info["pid"]

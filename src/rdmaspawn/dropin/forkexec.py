@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Any, Callable, Optional
 
-from . import _engine
-from ._smaps import has_dontfork
+from .. import _engine
+from .._procfs import has_dontfork
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
 

@@ -258,35 +258,11 @@ class Unavailable(Exception):
 
 
 def _import_rdmaspawn() -> tuple[Any, Any]:
-    """(rdmaspawn, rdmaspawn._engine), or raise Unavailable.
+    """(rdmaspawn, rdmaspawn._engine): the package this benchmark belongs to."""
+    import rdmaspawn
+    from rdmaspawn import _engine
 
-    Run as a script from a checkout, this file's directory is on sys.path but
-    the checkout is not; then the checkout's rdmaspawn is tried second."""
-    errors = []
-    candidates: list[str | None] = [None]
-    if (HERE.parent / "rdmaspawn" / "__init__.py").is_file():
-        candidates.append(str(HERE.parent))
-    for extra in candidates:
-        if extra is not None:
-            if extra in sys.path:
-                continue
-            sys.path.insert(0, extra)
-            for name in [m for m in sys.modules if m == "rdmaspawn" or m.startswith("rdmaspawn.")]:
-                if name.startswith("rdmaspawn.benchmarks"):
-                    continue
-                del sys.modules[name]
-        try:
-            pkg = importlib.import_module("rdmaspawn")
-            engine = importlib.import_module("rdmaspawn._engine")
-            missing = [n for m, n in ((pkg, "Popen"), (engine, "spawn")) if not callable(getattr(m, n, None))]
-            if not missing:
-                return pkg, engine
-            errors.append(f"rdmaspawn lacks {', '.join(missing)}")
-        except Exception as e:  # noqa: BLE001 - an unbuilt extension fails in many ways
-            errors.append(f"{type(e).__name__}: {e}")
-        if extra is not None:
-            sys.path.remove(extra)
-    raise Unavailable("cannot import rdmaspawn (" + "; ".join(errors) + ")")
+    return rdmaspawn, _engine
 
 
 def rdmaspawn_version() -> str:

@@ -1,7 +1,7 @@
 """``rdmaspawn demo``: watch a fork()ed child die where rdmaspawn's child lives.
 
 Everything dangerous happens in a child interpreter of the demo's own: it
-plants the real hazard (:func:`rdmaspawn._hazard.plant`: libibverbs'
+plants the real hazard (:func:`rdmaspawn.testing.hazard.plant`: libibverbs'
 ``ibv_dontfork_range()`` when it can, else ``madvise(MADV_DONTFORK)``, over a
 malloc arena), and the demo, from outside, asks the doctor about that
 process.  Then the child starts ``true`` three ways -- ``os.fork()`` + exec,
@@ -22,6 +22,8 @@ import subprocess
 import sys
 from typing import Any, Dict, Optional, Sequence
 
+from .._interpreter import python_command
+
 __all__ = ["main", "run_demo"]
 
 _TRUE = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
@@ -40,7 +42,7 @@ def describe(status):
     return "exit %d" % os.WEXITSTATUS(status)
 
 TRUE = sys.argv[1]
-from rdmaspawn._hazard import plant
+from rdmaspawn.testing.hazard import plant
 h = plant("auto")
 say(step="planted", method=h.method, library=h.library, start=h.start,
     length=h.length, arena=h.arena, pid=os.getpid())
@@ -66,24 +68,18 @@ except Exception as e:
 """
 
 
-def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def run_demo(out: Any = None, timeout: float = 60.0) -> int:
     """Run the demonstration, writing to ``out`` (stdout); return the exit status."""
-    from rdmaspawn._doctor import doctor
+    from .doctor import doctor
 
     w = (out or sys.stdout).write
     env = dict(os.environ)
-    root = _package_root()
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("RDMAV_FORK_SAFE", None)
     env.pop("IBV_FORK_SAFE", None)
     w("rdmaspawn demo: a process that holds MADV_DONTFORK memory starts `true` three ways.\n\n")
     # Started with the standard subprocess from a clean process: safe.
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, _TRUE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        python_command(_CHILD, _TRUE), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, env=env, text=True,
     )
     steps: Dict[str, Dict[str, Any]] = {}

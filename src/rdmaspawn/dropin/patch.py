@@ -20,7 +20,9 @@ import subprocess
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
 
-from . import _forkexec, _posixspawn, _spawnv
+from . import forkexec as _forkexec
+from . import posixspawn as _posixspawn
+from . import spawnv as _spawnv
 
 __all__ = ["patch", "unpatch", "patched", "is_patched"]
 

@@ -9,7 +9,7 @@
   always on 3.9; on 3.10+ when ``preexec_fn`` is given, when ``user``/
   ``group``/``extra_groups`` are, or when ``subprocess._USE_VFORK`` is false.
 
-Before such a call it checks :func:`rdmaspawn._smaps.has_dontfork` (device
+Before such a call it checks :func:`rdmaspawn._procfs.has_dontfork` (device
 mappings left out) and, if the process holds ``MADV_DONTFORK`` memory, warns
 with :class:`ForkHazardWarning` (then forks) or raises
 :class:`ForkHazardError` (and does not fork).
@@ -50,7 +50,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from rdmaspawn._smaps import Mapping, dontfork_mappings, has_dontfork
+from .._procfs import Mapping, dontfork_mappings, has_dontfork
 
 __all__ = [
     "ForkHazardError",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from . import _engine
+from .. import _engine
 
 __all__ = ["spawnvef"]
 

@@ -19,7 +19,8 @@ import threading
 import types
 from typing import Any, Callable, Dict
 
-from . import _forkexec, _posixspawn
+from . import forkexec as _forkexec
+from . import posixspawn as _posixspawn
 
 __all__ = [
     "Popen", "run", "call", "check_call", "check_output", "getoutput",

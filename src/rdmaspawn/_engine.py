@@ -10,7 +10,13 @@ import errno as _errno
 import os
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
-from ._rdmaspawn_cffi import ffi, lib
+try:
+    from ._rdmaspawn_cffi import ffi, lib
+except ImportError as _exc:  # pragma: no cover - a source tree without its build
+    raise ImportError(
+        f"rdmaspawn's C core is not built in {os.path.dirname(os.path.abspath(__file__))}: "
+        "install the package (pip install .) or build it in place (pip install -e .)"
+    ) from _exc
 
 __all__ = [
     "SpawnError",

@@ -20,9 +20,9 @@ from subprocess import (
 from typing import Any
 
 from ._engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
-from ._forkexec import PreexecFnError
-from ._patch import is_patched, patch, patched, unpatch
-from ._popen import (
+from .dropin.forkexec import PreexecFnError
+from .dropin.patch import is_patched, patch, patched, unpatch
+from .dropin.popen import (
     Popen,
     call,
     check_call,
@@ -45,8 +45,8 @@ __all__ = [
 ]
 
 # The user tools load on first use: importing rdmaspawn stays cheap.
-_LAZY = {"doctor": "._doctor", "guard": "._guard", "unguard": "._guard",
-         "ForkHazardError": "._guard", "ForkHazardWarning": "._guard"}
+_LAZY = {"doctor": ".tools.doctor", "guard": ".tools.guard", "unguard": ".tools.guard",
+         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard"}
 
 
 def __getattr__(name: str) -> Any:
