@@ -1,0 +1,59 @@
+/*
+ * /init of the arm64 VM that tests/c/arm64_vm.sh boots: it sets up the little
+ * the C harness needs (/proc, /dev, a console), runs /harness, prints its exit
+ * status and powers the VM off, so that qemu exits by itself.
+ *
+ * The same static binary is also the VM's /bin/true (the harness execs it):
+ * anything but pid 1 just exits 0.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/reboot.h>
+#include <stdio.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void)
+{
+    if (getpid() != 1)
+        return 0;
+    mkdir("/proc", 0755);
+    mkdir("/dev", 0755);
+    mkdir("/tmp", 01777);
+    mount("proc", "/proc", "proc", 0, NULL);
+    mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
+    int console = open("/dev/console", O_RDWR);
+    if (console >= 0) {
+        for (int fd = 0; fd < 3; fd++)
+            dup2(console, fd);
+        if (console > 2)
+            close(console);
+    }
+    struct utsname u;
+    uname(&u);
+    printf("arm64-vm: kernel %s %s, running /harness\n", u.release, u.machine);
+    fflush(stdout);
+
+    int status = -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[] = { "/harness", NULL }, *envp[] = { "PATH=/bin", NULL };
+        execve(argv[0], argv, envp);
+        _exit(127);
+    }
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status))
+        printf("arm64-vm: harness exit %d\n", WEXITSTATUS(status));
+    else
+        printf("arm64-vm: harness status 0x%x\n", status);
+    fflush(stdout);
+    sync();
+    reboot(LINUX_REBOOT_CMD_POWER_OFF);
+    return 1;   /* not reached: the kernel panics when init exits (panic=-1 reboots) */
+}
