@@ -20,7 +20,7 @@ import os
 import signal
 from typing import Any, Iterable, Optional
 
-__all__ = ["ChildSetup", "merge", "signal_bits"]
+__all__ = ["Chain", "ChildSetup", "build", "merge", "signal_bits"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -98,6 +98,14 @@ class ChildSetup:
             if os.getppid() != parent:
                 # Reparented before the prctl: nobody will send it now.
                 os.kill(os.getpid(), self.pdeathsig)
+
+
+class Chain(tuple):  # type: ignore[type-arg]
+    """Several ``preexec_fn`` values, called in order (``rdmaspawn.preexec.chain``)."""
+
+    def __call__(self) -> None:
+        for fn in self:
+            fn()
 
 
 def _libc_call(name: str, *args: int) -> None:

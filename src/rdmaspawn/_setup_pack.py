@@ -12,6 +12,7 @@ import dataclasses
 import fcntl
 import os
 import signal
+import subprocess
 import threading
 from typing import Any, Callable, Iterator, Optional
 
@@ -19,7 +20,30 @@ from ._rdmaspawn_cffi import ffi, lib
 from ._setup import ChildSetup, signal_bits
 from ._spawner import run_as_process
 
-__all__ = ["packed", "spawn_with"]
+__all__ = ["ChildSetupError", "packed", "spawn_with"]
+
+
+class ChildSetupError(OSError, subprocess.SubprocessError):
+    """A step of the child's declarative setup failed (``step``: "setrlimit", ...).
+
+    An OSError with the errno; also a SubprocessError, which is what CPython
+    raises when a ``preexec_fn`` fails ("Exception occurred in preexec_fn.").
+    """
+
+    step: str
+    pid: Optional[int]
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} (originated from {self.step}() in the child's setup)"
+
+
+def _setup_steps() -> frozenset[str]:
+    names = (ffi.string(lib.rs_step_name(step)).decode()
+             for step in range(lib.RS_STEP_SIGACTION, lib.RS_STEP_PDEATHSIG + 1))
+    return frozenset(names)
+
+
+_SETUP_STEPS = _setup_steps()
 
 
 def _open_high(path: str, flags: int) -> int:
@@ -126,6 +150,13 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
                 return call()
             return run_as_process(call, _dispose)  # type: ignore[no-any-return]
         except OSError as err:
-            if getattr(err, "step", None) == "cgroup" and err.filename is None:
-                err.filename = os.path.join(str(setup.cgroup), "cgroup.procs")
-            raise
+            step = getattr(err, "step", None)
+            if step not in _SETUP_STEPS:
+                raise
+            filename = err.filename
+            if step == "cgroup":
+                filename = os.path.join(str(setup.cgroup), "cgroup.procs")
+            error = ChildSetupError(err.errno, os.strerror(err.errno), filename)
+            error.step = step
+            error.pid = getattr(err, "pid", None)
+            raise error from None
