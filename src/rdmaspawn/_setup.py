@@ -18,7 +18,8 @@ import ctypes
 import dataclasses
 import os
 import signal
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["Chain", "ChildSetup", "build", "merge", "signal_bits"]
 
@@ -42,19 +43,19 @@ class ChildSetup:
     """
 
     setsid: bool = False
-    pgid: Optional[int] = None
-    umask: Optional[int] = None
+    pgid: int | None = None
+    umask: int | None = None
     ignore_signals: frozenset[int] = frozenset()
     default_signals: frozenset[int] = frozenset()
-    signal_mask: Optional[frozenset[int]] = None
-    cgroup: Optional[str] = None
-    ctty: Optional[int] = None
+    signal_mask: frozenset[int] | None = None
+    cgroup: str | None = None
+    ctty: int | None = None
     rlimits: tuple[tuple[int, int, int], ...] = ()
-    nice: Optional[int] = None
-    ioprio: Optional[tuple[int, int]] = None
-    cpu_affinity: Optional[frozenset[int]] = None
+    nice: int | None = None
+    ioprio: tuple[int, int] | None = None
+    cpu_affinity: frozenset[int] | None = None
     no_new_privs: bool = False
-    pdeathsig: Optional[int] = None
+    pdeathsig: int | None = None
 
     def __call__(self) -> None:
         """Do it all with Python calls: the value as a stock ``preexec_fn``."""
@@ -161,19 +162,19 @@ def rlimit_value(value: int) -> int:
 def build(
     *,
     setsid: bool = False,
-    pgid: Optional[int] = None,
-    umask: Optional[int] = None,
-    pdeathsig: Optional[int] = None,
-    rlimits: Optional[Any] = None,
-    nice: Optional[int] = None,
-    ioprio: Optional[tuple[int, int]] = None,
-    cpu_affinity: Optional[Iterable[int]] = None,
+    pgid: int | None = None,
+    umask: int | None = None,
+    pdeathsig: int | None = None,
+    rlimits: Any | None = None,
+    nice: int | None = None,
+    ioprio: tuple[int, int] | None = None,
+    cpu_affinity: Iterable[int] | None = None,
     no_new_privs: bool = False,
     ignore_signals: Iterable[int] = (),
     default_signals: Iterable[int] = (),
-    signal_mask: Optional[Iterable[int]] = None,
-    cgroup: Optional[Any] = None,
-    ctty: Optional[int] = None,
+    signal_mask: Iterable[int] | None = None,
+    cgroup: Any | None = None,
+    ctty: int | None = None,
 ) -> ChildSetup:
     """A checked :class:`ChildSetup`: bad values fail here, in the parent.
 
@@ -181,7 +182,7 @@ def build(
     a limit of -1 is RLIM_INFINITY.
     """
     limits: list[tuple[int, int, int]] = []
-    items = rlimits.items() if hasattr(rlimits, "items") else (rlimits or ())
+    items = rlimits.items() if isinstance(rlimits, Mapping) else (rlimits or ())
     for res, pair in items:
         soft, hard = pair
         limits.append((_int(res, "rlimit resource", 0, 63), rlimit_value(_int(soft, "rlimit")),

@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Callable
 
 from ._rdmaspawn_cffi import ffi, lib
 from ._setup import ChildSetup, signal_bits
@@ -31,7 +32,7 @@ class ChildSetupError(OSError, subprocess.SubprocessError):
     """
 
     step: str
-    pid: Optional[int]
+    pid: int | None
 
     def __str__(self) -> str:
         return f"{super().__str__()} (originated from {self.step}() in the child's setup)"
@@ -122,8 +123,8 @@ def _dispose(spawned: tuple[int, int]) -> None:
 def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
                argv: Any, exec_list: Any, env: Any, cwd: Any, stdin: int, stdout: int,
                stderr: int, close_in_child: Any, pass_fds: Any, flags: int,
-               close_method: int, umask: int, pgid: Optional[int], groups: Any,
-               gid: Optional[int], uid: Optional[int], fail_status: int) -> tuple[int, int]:
+               close_method: int, umask: int, pgid: int | None, groups: Any,
+               gid: int | None, uid: int | None, fail_status: int) -> tuple[int, int]:
     """``spawn_flat`` with ``setup`` carried out in the child.
 
     The setup's session, process group and umask become the request's; a
@@ -156,7 +157,8 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
             filename = err.filename
             if step == "cgroup":
                 filename = os.path.join(str(setup.cgroup), "cgroup.procs")
-            error = ChildSetupError(err.errno, os.strerror(err.errno), filename)
+            errno = err.errno or 0
+            error = ChildSetupError(errno, os.strerror(errno), filename)
             error.step = step
             error.pid = getattr(err, "pid", None)
             raise error from None

@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 __all__ = ["run_as_process"]
 
 _Job = tuple[Callable[[], Any], list[Any], threading.Event]
 
 _lock = threading.Lock()
-_jobs: Optional[queue.SimpleQueue[_Job]] = None
+_jobs: queue.SimpleQueue[_Job] | None = None
 _owner_pid = -1
 
 

@@ -19,7 +19,8 @@ preexec_fn." (the order of the steps is in ``rdmaspawn._setup``).
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable, Iterable, Union
+from collections.abc import Iterable
+from typing import Any, Callable
 
 from ._setup import Chain, ChildSetup, build, merge
 
@@ -109,7 +110,7 @@ def controlling_tty(fd: int = 0) -> ChildSetup:
     return build(ctty=fd)
 
 
-def chain(*fns: Callable[[], Any]) -> Union[ChildSetup, Chain]:
+def chain(*fns: Callable[[], Any]) -> ChildSetup | Chain:
     """All of ``fns`` as one ``preexec_fn``, in order.
 
     Setups from this module merge into one (a later one wins where two set

@@ -34,7 +34,7 @@ import os
 import resource
 import signal
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from .._setup import Chain, ChildSetup, build, merge
 
@@ -47,7 +47,7 @@ _PLAIN: dict[Callable[..., Any], dict[str, Any]] = {
 }
 
 
-def _from_partial(func: Callable[..., Any], args: tuple[Any, ...]) -> Optional[dict[str, Any]]:
+def _from_partial(func: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:
     if func is os.nice and len(args) == 1:
         return {"nice": args[0]}
     if func is os.umask and len(args) == 1:
@@ -68,7 +68,7 @@ def _from_partial(func: Callable[..., Any], args: tuple[Any, ...]) -> Optional[d
     return None
 
 
-def as_setup(preexec_fn: Any) -> Optional[ChildSetup]:
+def as_setup(preexec_fn: Any) -> ChildSetup | None:
     """The declarative equivalent of ``preexec_fn``, or None where it needs fork.
 
     A value with bad arguments (``partial(os.nice, "x")``) is not converted:

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from . import childsetup as _childsetup
 
@@ -30,8 +30,8 @@ class PidfdMixin:
     """For a ``subprocess.Popen`` subclass with ``_cpython_execute_child``."""
 
     #: The child's pidfd, or None (no kernel support, or the child is reaped).
-    pidfd: Optional[int] = None
-    _pidfd_lock: Optional[threading.Lock] = None
+    pidfd: int | None = None
+    _pidfd_lock: threading.Lock | None = None
 
     def _execute_child(self, *args: Any, **kwargs: Any) -> None:
         _childsetup.request_pidfd()
@@ -75,7 +75,7 @@ class PidfdMixin:
             except ProcessLookupError:
                 pass
 
-    def _wait(self, timeout: Optional[float]) -> Optional[int]:
+    def _wait(self, timeout: float | None) -> int | None:
         lock = self._pidfd_lock
         if timeout is None or lock is None:
             return super()._wait(timeout)  # type: ignore[misc, no-any-return]
