@@ -66,9 +66,8 @@ def _refuse_preexec_fn() -> None:
     raise PreexecFnError(
         "preexec_fn needs fork(), and this process holds "
         "MADV_DONTFORK (RDMA) memory\n"
-        "A forked child misses those pages and can crash before exec. rdmaspawn "
-        "runs these without fork (preexec_fn=rdmaspawn.preexec.* values work "
-        "under stock CPython too; see docs/preexec.md):\n" + lines
+        "A forked child misses those pages and can crash before exec.\n"
+        "Use what rdmaspawn runs without fork (docs/preexec.md):\n" + lines
     )
 
 
