@@ -56,17 +56,30 @@ class PidfdMixin:
                 os.close(self.pidfd)
                 self.pidfd = None
 
+    # Reaped: by wait(), poll(), or CPython's _cleanup() of dropped Popens
+    # (through _handle_exitstatus); or found reaped by someone else (ECHILD).
     def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:
         super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
         if self.returncode is not None:  # type: ignore[attr-defined]
             self._close_pidfd()
+
+    def poll(self) -> int | None:
+        returncode: int | None = super().poll()  # type: ignore[misc]
+        if returncode is not None:
+            self._close_pidfd()
+        return returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        returncode: int = super().wait(timeout)  # type: ignore[misc]
+        self._close_pidfd()
+        return returncode
 
     def send_signal(self, sig: int) -> None:
         lock = self._pidfd_lock
         if lock is None:
             super().send_signal(sig)  # type: ignore[misc]
             return
-        self.poll()  # type: ignore[attr-defined]
+        self.poll()
         with lock:
             if self.pidfd is None:  # reaped meanwhile
                 return
