@@ -43,8 +43,9 @@ def pty_spawn(
     as fds 0, 1 and 2. ``winsize`` is ``(rows, columns)``; ``preexec`` is a
     :mod:`rdmaspawn.preexec` setup to apply as well. The caller reads and
     writes ``master_fd``, closes it, and reaps ``pid`` (``os.waitpid``).
-    Raises ``OSError`` (a :class:`rdmaspawn.SpawnError`) when the program
-    cannot be started, as ``subprocess`` does.
+    Raises the ``OSError`` subclass ``subprocess`` would (FileNotFoundError,
+    ...) when the program cannot be started; a failed setup step raises
+    :class:`rdmaspawn.ChildSetupError`.
     """
     if not argv:
         raise ValueError("argv must not be empty")
@@ -60,6 +61,12 @@ def pty_spawn(
             argv, _exec_list(os.fsencode(argv[0]), env),
             env=None if env is None else _engine.env_list(env), cwd=cwd,
             stdin=slave, stdout=slave, stderr=slave, pass_fds=pass_fds, setup=setup)
+    except _engine.SpawnError as err:
+        os.close(master)
+        if err.step in ("execve", "chdir"):
+            # As subprocess raises it: FileNotFoundError, PermissionError, ...
+            raise OSError(err.errno, os.strerror(err.errno), err.filename) from None
+        raise
     except BaseException:
         os.close(master)
         raise
