@@ -4,23 +4,9 @@ CPython runs ``preexec_fn`` in a forked child, which a process holding
 MADV_DONTFORK memory cannot afford. Many launchers pass one of a handful of
 values whose whole effect a :class:`~rdmaspawn._setup.ChildSetup` can carry
 out in the CLONE_VM child with raw system calls; :func:`as_setup` finds
-them. The table (the only list of them; docs/preexec.md shows it to users):
-
-==========================================================  ==========================
-preexec_fn                                                  ChildSetup
-==========================================================  ==========================
-any ``rdmaspawn.preexec`` helper (a ChildSetup)             itself
-``rdmaspawn.preexec.chain(...)`` of recognised values       their merge
-``os.setsid``                                               ``setsid=True``
-``os.setpgrp``                                              ``pgid=0``
-``partial(os.setpgid, 0, pgid)``                            ``pgid=pgid``
-``partial(os.nice, n)``                                     ``nice=n``
-``partial(os.umask, mask)``                                 ``umask=mask``
-``partial(os.sched_setaffinity, 0, cpus)``                  ``cpu_affinity=cpus``
-``partial(resource.setrlimit, res, (soft, hard))``          ``rlimits={res: ...}``
-``partial(signal.signal, sig, SIG_IGN or SIG_DFL)``         ``ignore/default_signals``
-``partial(signal.pthread_sigmask, SIG_SETMASK, sigs)``      ``signal_mask=sigs``
-==========================================================  ==========================
+them: ``rdmaspawn.preexec`` values and their chains, ``os.setsid``,
+``os.setpgrp`` (``_PLAIN``), and the ``functools.partial`` forms in
+``_from_partial`` (docs/preexec.md lists them for users).
 
 Anything else (a lambda, a function of the caller's) still needs fork.
 
