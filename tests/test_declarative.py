@@ -240,3 +240,29 @@ def test_setup_runs_in_order_for_privileges() -> None:
     pdeathsig, nice = json.loads(res.stdout)
     assert pdeathsig == 15
     assert nice == os.getpriority(os.PRIO_PROCESS, 0) - 5
+
+
+def test_guard_lets_recognised_values_through() -> None:
+    """With guard("raise") and patch() in either order, a recognised
+    preexec_fn runs (no fork happens) while an arbitrary one is still stopped."""
+    run = run_with_hazard("""
+        import json, subprocess, rdmaspawn, rdmaspawn.preexec as P
+        out = {}
+        for order in ("guard-first", "patch-first"):
+            if order == "guard-first":
+                rdmaspawn.guard("raise"); rdmaspawn.patch()
+            else:
+                rdmaspawn.patch(); rdmaspawn.guard("raise")
+            rc = subprocess.run(["true"], preexec_fn=P.chain(P.nice(1), os.setsid)).returncode
+            try:
+                subprocess.run(["true"], preexec_fn=lambda: None)
+                refused = None
+            except (rdmaspawn.ForkHazardError, rdmaspawn.PreexecFnError) as exc:
+                refused = type(exc).__name__
+            rdmaspawn.unguard(); rdmaspawn.unpatch()
+            out[order] = [rc, refused is not None]
+        print(json.dumps(out))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == {"guard-first": [0, True],
+                                                       "patch-first": [0, True]}
