@@ -38,7 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return demo_main(args[1:])
     if args and args[0] == "bench":
-        from .bench.spawn_latency import main as bench_main
+        from .bench.cli import main as bench_main
 
         return int(bench_main(args[1:]) or 0)
     parser = _parser()
