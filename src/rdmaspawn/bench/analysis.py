@@ -101,7 +101,8 @@ def targets(report: Report) -> list[Target]:
         fig = None
         note = "needs two resident sizes"
         if hi > lo:
-            fig = ratio(_median(report, hi, lat_threads, sid), _median(report, lo, lat_threads, sid))
+            fig = ratio(_median(report, hi, lat_threads, sid),
+                        _median(report, lo, lat_threads, sid))
             note = f"median at {fmt_gib(hi)} / at {fmt_gib(lo)}, {lat_threads} thread(s)"
         out.append(_target(f"flat ({label})", f"{label} latency, largest / smallest resident size",
                            fig, "<=", FLAT_MAX, note))
@@ -158,6 +159,18 @@ def noisy_floor(report: Report) -> tuple[float, float] | None:
         if f is not None and f.p10_us and f.p90_us and f.p90_us > NOISY_FLOOR_SPREAD * f.p10_us:
             return f.p10_us, f.p90_us
     return None
+
+
+def fmt_figure(t: Target) -> str:
+    """The target's figure with enough digits that it cannot read as the other verdict:
+    1.101 against "<= 1.1" shows as 1.101, never as 1.10."""
+    if t.figure is None:
+        return "-"
+    for digits in range(2, 7):
+        shown = round(t.figure, digits)
+        if (shown <= t.threshold if t.op == "<=" else shown >= t.threshold) == t.met:
+            break
+    return f"{t.figure:.{digits}f}"
 
 
 def verdict(t: Target) -> str:

@@ -62,7 +62,8 @@ def _number_list(text: str, kind: type[float], least: float, what: str) -> list[
     try:
         vals = sorted({kind(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of {what}: {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of {what}: {text!r}") from None
     if not vals or any(v < least for v in vals):
         raise argparse.ArgumentTypeError(f"each must be >= {least:g}")
     return vals

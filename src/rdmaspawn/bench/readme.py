@@ -8,7 +8,7 @@ comes from the report (and so from the JSON it was read from): the prose says
 
 from __future__ import annotations
 
-from .analysis import noisy_floor, verdict
+from .analysis import fmt_figure, noisy_floor, verdict
 from .model import Figures, Report, SpawnerInfo
 from .numbers import fmt_gib, fmt_ratio, fmt_us
 
@@ -73,8 +73,9 @@ def _growth_and_cpu(report: Report) -> list[str]:
     lo = min(report.settings.mem_gib_measured)
     n = report.settings.latency_threads
     lines = []
-    growth = [f"`{sid}` {v / 1000:+.2f} ms" for sid, v in report.growth_us_per_gib.items()
-              if v is not None]
+    # round() + 0.0: a growth of -0.001 ms shows as +0.00, not -0.00.
+    growth = [f"`{sid}` {round(v / 1000, 2) + 0.0:+.2f} ms"
+              for sid, v in report.growth_us_per_gib.items() if v is not None]
     if growth:
         lines.append("Growth of the median per GiB resident (least squares): "
                      + ", ".join(growth) + ".")
@@ -114,7 +115,7 @@ def _targets(report: Report) -> list[str]:
     lines = ["Targets, as measured in this run (figures, not assertions):", "",
              "| target | figure | wanted | verdict | measured as |", "|---|---|---|---|---|"]
     for t in report.targets:
-        fig = "-" if t.figure is None else f"{t.figure:.2f}"
+        fig = fmt_figure(t)
         lines.append(f"| {t.name} | {fig} | {t.op} {t.threshold:g} | **{verdict(t)}** "
                      f"| {t.note} |")
     return lines

@@ -66,7 +66,8 @@ def make_spawners(built: Built) -> list[Spawner]:
         _check_status("subprocess.Popen", subprocess.Popen(argv).wait())
 
     def subprocess_fork() -> None:
-        p = subprocess.Popen(argv, preexec_fn=_preexec_noop)  # noqa: PLW1509 - forcing fork is the point
+        # preexec_fn forces fork(): that is the path this spawner measures.
+        p = subprocess.Popen(argv, preexec_fn=_preexec_noop)  # noqa: PLW1509
         _check_status("subprocess.Popen(preexec_fn)", p.wait())
 
     def posix_spawn() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .analysis import noisy_floor, verdict
+from .analysis import fmt_figure, noisy_floor, verdict
 from .model import Figures, Report
 from .numbers import fmt_gib, fmt_ratio, fmt_us
 
@@ -82,19 +82,21 @@ def render_table(report: Report) -> str:
     growth = {k: v for k, v in report.growth_us_per_gib.items() if v is not None}
     if growth:
         lines += ["", "Growth of the median with resident memory (least squares):"]
-        lines += [f"  {sid:<{w}}  {v / 1000:+8.2f} ms per GiB" for sid, v in growth.items()]
+        lines += [f"  {sid:<{w}}  {round(v / 1000, 2) + 0.0:+8.2f} ms per GiB"
+                  for sid, v in growth.items()]
 
     if report.settings.threads != [1]:
         lines += _throughput(report, w)
 
     if report.settings.mem_gib_skipped:
         lines.append("")
-        lines += [f"skipped {fmt_gib(sk.gib)}: {sk.reason}" for sk in report.settings.mem_gib_skipped]
+        lines += [f"skipped {fmt_gib(sk.gib)}: {sk.reason}"
+                  for sk in report.settings.mem_gib_skipped]
 
     lines += ["", "Targets (figures, not assertions):"]
     nw = max((len(t.name) for t in report.targets), default=0)
     for t in report.targets:
-        fig = "-" if t.figure is None else f"{t.figure:.2f}"
+        fig = fmt_figure(t)
         want = f"(want {t.op} {t.threshold:g})"
         lines.append(f"  {t.name:<{nw}}  {fig:>6} {want:<14}  "
                      f"{verdict(t).upper():<12}  {t.note}")
