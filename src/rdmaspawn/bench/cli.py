@@ -233,8 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(report, json_path)
         log(f"json: {json_path}")
     if args.readme is not None:
-        write_readme(report, args.readme, json_path,
-                     png or json_path.with_name(PNG_NAME))
+        if png is None and args.from_json is not None:
+            png = args.from_json.with_name(PNG_NAME)  # the plot of the record's own run
+        write_readme(report, args.readme, json_path, png)
     log(f"done in {round(time.monotonic() - started, 1)} s; files in {out or json_path.parent}")
     failed = sorted({sid for r in report.results for sid, f in r.spawners.items()
                      if f.status == ERROR})
