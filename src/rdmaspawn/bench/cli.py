@@ -84,6 +84,10 @@ def _positive(text: str) -> int:
     return v
 
 
+def _csv(values: Sequence[float]) -> str:
+    return ",".join(f"{v:g}" for v in values)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="rdmaspawn bench",
@@ -104,10 +108,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "into --out if given) from a JSON record")
     p.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
     p.add_argument("--mem-gib", type=_floats, default=None,
-                   help="resident memory sizes in GiB, comma-separated (default 0,1,4,16; --quick "
-                   "0,1); sizes that do not fit in MemAvailable minus a margin are skipped")
+                   help=f"resident memory sizes in GiB, comma-separated (default {_csv(DEFAULT_MEM_GIB)}; "
+                   f"--quick {_csv(QUICK_MEM_GIB)}); sizes that do not fit in MemAvailable minus "
+                   "a margin are skipped")
     p.add_argument("--threads", type=_ints, default=None,
-                   help="threads spawning at once, comma-separated (default and --quick 1,2,4)")
+                   help=f"threads spawning at once, comma-separated (default {_csv(DEFAULT_THREADS)}; "
+                   f"--quick {_csv(QUICK_THREADS)})")
     p.add_argument("--iterations", type=_positive, default=None,
                    help=f"spawns per spawner per configuration (default {DEFAULT_ITERATIONS}; "
                    f"--quick {QUICK_ITERATIONS}); slow spawners stop earlier at the time cap")
