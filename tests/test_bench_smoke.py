@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rdmaspawn.bench.analysis import fmt_figure
+from rdmaspawn.bench.analysis import MIN_ROUNDS_FOR_SPREAD, fmt_figure, round_ratio_spread
 from rdmaspawn.bench.model import Target
 from rdmaspawn.bench.numbers import fmt_us
 from rdmaspawn.bench.outdir import DEFAULT_PREFIX, default_out_dir
@@ -252,6 +252,14 @@ def test_figure_digits_never_contradict_the_verdict() -> None:
     assert fmt_figure(target(1.0999, "<=", True)) == "1.10"
     assert fmt_figure(target(1.0996, ">=", False)) == "1.0996"
     assert fmt_figure(Target("t", "", None, "<=", 1.1, None, "")) == "-"
+
+
+def test_round_by_round_spread() -> None:
+    """The spread of a side-by-side ratio pairs the two spawners' batches round by
+    round, and is left out when there are too few rounds to say anything."""
+    assert round_ratio_spread([1.0, 2.0, 3.0, 4.0, 9.0], [1.0, 1.0, 1.0, 1.0]) == [1.75, 3.25]
+    assert round_ratio_spread([2.0] * 5, [1.0, 2.0, 4.0, 4.0, 4.0]) == [0.5, 1.0]
+    assert round_ratio_spread([1.0] * (MIN_ROUNDS_FOR_SPREAD - 1), [1.0] * 9) is None
 
 
 def test_readme_without_markers_is_refused_untouched(tmp_path: Path) -> None:

@@ -114,6 +114,7 @@ class Tally:
 
     lat_ns: list[int] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)  # spawns/s of each batch
+    batch_medians_us: list[float] = field(default_factory=list)  # median latency of each batch
     wall_ns: int = 0
     cpu_ns: int = 0
     spent_s: float = 0.0
@@ -131,6 +132,9 @@ class Tally:
         self.batches += 1
         if b.lat_ns and b.wall_ns > 0:
             self.rates.append(len(b.lat_ns) / (b.wall_ns / 1e9))
+            median_ns = quantile(sorted(b.lat_ns), 0.5)
+            if median_ns is not None:
+                self.batch_medians_us.append(median_ns / 1000)
             # Per-thread seconds per spawn, from the batch's wall time.
             self.est_s = max(b.wall_ns / 1e9 / per_thread, 1e-6)
 
@@ -152,6 +156,8 @@ def summarize(t: Tally, in_process: bool) -> Figures:
         max_us=xs[-1] if xs else None,
         mean_us=sum(xs) / n if n else None,
         throughput_per_s=quantile(sorted(t.rates), 0.5),
+        batch_median_us=[round(x, 3) for x in t.batch_medians_us],
+        batch_throughput_per_s=[round(x, 1) for x in t.rates],
         throughput_overall_per_s=n / (t.wall_ns / 1e9) if t.wall_ns else None,
         cpu_per_spawn_us=(t.cpu_ns / 1000) / n if n else None,
         cpu_measured_in="parent (RUSAGE_SELF)" if in_process

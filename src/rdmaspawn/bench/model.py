@@ -52,6 +52,10 @@ class Figures:
     # The median over batches of spawns / wall time: one slow wake-up does not sink it.
     throughput_per_s: float | None = None
     throughput_overall_per_s: float | None = None  # all spawns / all batches' wall time
+    # Per batch, in round order: the spawners' k-th batches ran in the same round,
+    # so their ratios show how much two spawners' figures move together.
+    batch_median_us: list[float] = field(default_factory=list)
+    batch_throughput_per_s: list[float] = field(default_factory=list)
     cpu_per_spawn_us: float | None = None
     cpu_measured_in: str = ""
     ratio_to_floor: float | None = None  # median / the C floor's median
@@ -141,6 +145,9 @@ class Target:
     threshold: float
     met: bool | None  # None: not measured in this run
     note: str
+    # For side-by-side comparisons: the 25th and 75th percentiles of the same
+    # ratio taken round by round, i.e. how far noise moves the figure.
+    round_ratio_p25_p75: list[float] | None = None
 
 
 @dataclass
