@@ -203,27 +203,10 @@ def _load(path: Path) -> Report:
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    started = time.monotonic()
-    if args.from_json is not None:
-        try:
-            report = _load(args.from_json)
-        except (OSError, ReportFormatError) as e:
-            log(f"rdmaspawn bench: --from-json {args.from_json}: {e}")
-            return 2
-        out = args.out
-        json_path = args.json or args.from_json
-    else:
-        try:
-            out = make_out_dir(args.out)
-        except OutDirError as e:
-            log(f"rdmaspawn bench: {e}")
-            return 2
-        log(f"output folder: {out}")
-        report = measure(args, started)
-        json_path = args.json or out / JSON_NAME
-
+def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path: Path,
+           record: Path | None) -> None:
+    """Print the table, then write the plot into `out`, the JSON (a run's always; a
+    re-render's only with --json) and the README block."""
     print(render_table(report) if report.settings.mem_gib_measured else "nothing measured")
     png = None
     if out is not None and not args.no_plot and report.settings.mem_gib_measured:
@@ -235,14 +218,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             log(f"plot: {png}")
         report.plot = str(png) if png else None
-    if args.from_json is None or args.json is not None:
+    if record is None or args.json is not None:
         write_json(report, json_path)
         log(f"json: {json_path}")
     if args.readme is not None:
-        if png is None and args.from_json is not None:
-            png = args.from_json.with_name(PNG_NAME)  # the plot of the record's own run
+        if png is None and record is not None:
+            png = record.with_name(PNG_NAME)  # the plot of the record's own run
         write_readme(report, args.readme, json_path, png)
-    log(f"done in {round(time.monotonic() - started, 1)} s; files in {out or json_path.parent}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    try:
+        out = make_out_dir(args.out) if args.out is not None or args.from_json is None else None
+    except OutDirError as e:
+        log(f"rdmaspawn bench: {e}")
+        return 2
+
+    if args.from_json is not None:
+        try:
+            report = _load(args.from_json)
+        except (OSError, ReportFormatError) as e:
+            log(f"rdmaspawn bench: --from-json {args.from_json}: {e}")
+            return 2
+        _write(report, args, out, args.json or args.from_json, args.from_json)
+        return 0
+
+    assert out is not None
+    log(f"output folder: {out}")
+    report = measure(args, started)
+    _write(report, args, out, args.json or out / JSON_NAME, None)
+    log(f"done in {round(time.monotonic() - started, 1)} s; files in {out}")
     failed = sorted({sid for r in report.results for sid, f in r.spawners.items()
                      if f.status == ERROR})
     if failed:
