@@ -6,7 +6,9 @@ import datetime
 import mmap
 import os
 import platform
+import subprocess
 import sys
+from pathlib import Path
 
 from .._procfs import cpu_model, meminfo
 from .model import Machine
@@ -14,6 +16,8 @@ from .numbers import GiB
 
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 OVERCOMMIT_SETTING = "/proc/sys/vm/overcommit_memory"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the rdmaspawn being measured
+GIT_TIMEOUT_S = 10
 
 
 def _read_setting(path: str) -> str | None:
@@ -45,6 +49,29 @@ def _rdmaspawn_version() -> str:
         return "unknown"
 
 
+def _git(*args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(PACKAGE_DIR), *args], capture_output=True,
+                           text=True, timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _rdmaspawn_commit() -> str | None:
+    """The checkout's commit when the measured package runs from one (an editable
+    install), so that a record names the code it measured; None when installed."""
+    # Tracked, not merely inside a checkout: a copy installed into a venv that
+    # sits in some checkout is not that checkout's code.
+    if _git("ls-files", "--error-unmatch", str(PACKAGE_DIR / "__init__.py")) is None:
+        return None
+    commit = _git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return None
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", str(PACKAGE_DIR))
+    return f"{commit} + uncommitted changes" if dirty else commit
+
+
 def describe_machine() -> Machine:
     mem = meminfo()
     try:
@@ -68,4 +95,5 @@ def describe_machine() -> Machine:
         overcommit_memory=_read_setting(OVERCOMMIT_SETTING),
         page_size=mmap.PAGESIZE,
         timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        rdmaspawn_commit=_rdmaspawn_commit(),
     )

@@ -104,6 +104,9 @@ class Machine:
     overcommit_memory: str | None
     page_size: int
     timestamp: str  # ISO 8601, UTC
+    # The commit of the measured code where it ran from a git checkout
+    # ("3927401", "3927401 + uncommitted changes"), else None.
+    rdmaspawn_commit: str | None = None
 
 
 @dataclass

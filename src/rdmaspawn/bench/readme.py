@@ -48,7 +48,9 @@ def _run_line(report: Report, json_ref: str, png_ref: str | None) -> str:
     if s.quick:
         how.append("a `--quick` run")
     where = f"Every figure is in `{json_ref}`" + (f"; the plot is `{png_ref}`." if png_ref else ".")
-    return (f"One run, {when} UTC, rdmaspawn {m.rdmaspawn_version}: {m.python}, "
+    code = f"rdmaspawn {m.rdmaspawn_version}"
+    code += f" (commit {m.rdmaspawn_commit})" if m.rdmaspawn_commit else " (commit not recorded)"
+    return (f"One run, {when} UTC, {code}: {m.python}, "
             f"{m.cpu_model}, {m.cores_usable} usable of {m.cores_online} cores, "
             f"{m.mem_total_gib} GiB, kernel {release}, {m.glibc}; child: {s.child_kind}; "
             f"{'; '.join(how)}; spawners interleaved round by round. {where}")
