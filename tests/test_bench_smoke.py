@@ -290,3 +290,18 @@ def test_an_older_record_is_rendered_with_this_versions_targets(
     assert upgraded["schema"] == "rdmaspawn-bench/2"
     assert set(HOT_PATH_TARGETS) <= {t["name"] for t in upgraded["targets"]}
     assert upgraded["results"] == report["results"]
+
+
+def test_the_readme_block_is_the_rendering_of_the_docs_record(tmp_path: Path) -> None:
+    """The repository's README block is exactly what docs/spawn_latency.json renders to:
+    a hand edit of the block, or a record replaced without re-rendering, fails here."""
+    record = REPO_README.parent / "docs" / "spawn_latency.json"
+    readme = tmp_path / "README.md"
+    readme.write_text(REPO_README.read_text())
+    # Rendered in place of the repository's README, so that paths read the same.
+    r = bench("--from-json", str(record), "--readme", str(readme), cwd=REPO_README.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rendered = _split(readme.read_text())[1]
+    assert rendered.replace(str(record), "docs/spawn_latency.json").replace(
+        str(record.with_name("spawn_latency.png")), "docs/spawn_latency.png"
+    ) == _split(REPO_README.read_text())[1]
