@@ -13,11 +13,12 @@ DPI = 110
 
 def plot(report: Report, path: Path) -> str | None:
     """Write the plot to `path`; None on success, else why there is no plot."""
+    # matplotlib is optional (the "bench" extra): mypy may run where it is missing.
     try:
-        import matplotlib
+        import matplotlib  # type: ignore[import-not-found,unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return NO_MATPLOTLIB
     mems = report.settings.mem_gib_measured
