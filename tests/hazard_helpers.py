@@ -94,7 +94,7 @@ _VERBS_PROBE = "import ctypes; ctypes.CDLL('libibverbs.so.1')"
 _PYVERBS_PROBE = "import pyverbs.fork"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _works_in_child(code: str) -> bool:
     """Whether ``code`` runs in a fresh interpreter (so pytest itself maps nothing)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True,
