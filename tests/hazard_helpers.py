@@ -46,7 +46,7 @@ import pytest
 __all__ = [
     "HAZARD_UNAVAILABLE",
     "HazardRun",
-    "DROP_PTRACE",
+    "DROP_CAPS",
     "Holder",
     "mappable_device",
     "shm_file",
@@ -285,17 +285,19 @@ def shm_file(tmp_name: str) -> str:
     return path
 
 
-#: Code for a child interpreter: ``drop_cap_sys_ptrace()`` clears CAP_SYS_PTRACE
-#: from the effective set with a real capset(2), as a container without it has.
-DROP_PTRACE = """
+#: Code for a child interpreter: ``drop_capabilities()`` empties the effective
+#: capability set with a real capset(2), as root in a container without
+#: capabilities has it.  (On Linux 6.18 clearing CAP_SYS_PTRACE alone still let
+#: root read a non-dumpable process's smaps, though not its exe link.)
+DROP_CAPS = """
 import ctypes
-def drop_cap_sys_ptrace():
+def drop_capabilities():
     libc = ctypes.CDLL(None, use_errno=True)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} x 2
     if libc.capget(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capget")
-    data[0] &= ~(1 << 19)  # CAP_SYS_PTRACE, effective
+    data[0] = data[3] = 0  # effective, both words
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
 """

@@ -10,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-from hazard_helpers import DROP_PTRACE, Holder, mappable_device, shm_file, verbs_available
+from hazard_helpers import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
 
 from rdmaspawn import _procfs as _smaps
 
@@ -216,10 +216,10 @@ def test_thread_heap_base() -> None:
 
 def test_has_capability_reads_cap_eff() -> None:
     """has_capability() reads the effective set: a child that clears CAP_SYS_PTRACE shows it gone."""
-    code = textwrap.dedent(DROP_PTRACE) + textwrap.dedent("""
+    code = textwrap.dedent(DROP_CAPS) + textwrap.dedent("""
         from rdmaspawn import _procfs
         before = _procfs.has_capability(_procfs.CAP_SYS_PTRACE)
-        drop_cap_sys_ptrace()
+        drop_capabilities()
         print(before, _procfs.has_capability(_procfs.CAP_SYS_PTRACE))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -25,10 +25,10 @@ def not_allowed_message(pid: int) -> str:
     if os.geteuid() != 0:
         return f"{head} (run as the same user, or as root)"
     if has_capability(CAP_SYS_PTRACE) is False:
-        return (f"{head}: running as root, but without CAP_SYS_PTRACE (a container, or a "
-                "dropped capability), which reading another user's or a non-dumpable "
-                "process's memory map needs; run the doctor inside that process's container "
-                "or with CAP_SYS_PTRACE")
+        return (f"{head}: running as root, but without CAP_SYS_PTRACE (a container, or "
+                "dropped capabilities), so the kernel refuses another user's or a "
+                "non-dumpable process's memory map even to root; run the doctor inside that "
+                "process's container, or give it CAP_SYS_PTRACE")
     return (f"{head}: refused even to root with CAP_SYS_PTRACE (a security module such as "
             "SELinux or AppArmor, or a process in another user namespace); run the doctor "
             "next to that process, in its container")

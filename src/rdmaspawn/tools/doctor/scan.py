@@ -75,8 +75,9 @@ class ProcessEntry:
 
     def to_text(self) -> str:
         verdict = "HAZARD" if self.hazardous else "ok"
-        command = self.command if len(self.command) <= _COMMAND_WIDTH else \
-            self.command[:_COMMAND_WIDTH - 3] + "..."
+        command = " ".join(self.command.split())  # one line, even for `python -c` code
+        if len(command) > _COMMAND_WIDTH:
+            command = command[:_COMMAND_WIDTH - 3] + "..."
         return (f"pid {self.pid:<7} {verdict:<6} {command}\n"
                 f"             DONTFORK over: {self.overlaps()}; {self.rdmaspawn_state()}")
 
