@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -361,3 +362,25 @@ def test_all_as_nobody_counts_denied() -> None:
     summary, entries = json.loads(summary_line), json.loads(entries_line)
     assert bad.pid in summary["denied_pids"] and bad.pid not in entries
     assert summary["scanned"] >= 1  # at least itself
+
+
+def _nl_reply(attrs: list[tuple[int, bytes]], kind: int = 5126) -> bytes:
+    body = b"".join(struct.pack("=HH", 4 + len(v), t) + v + b"\0" * (-len(v) % 4)
+                    for t, v in attrs)
+    return struct.pack("=IHHII", 16 + len(body), kind, 0, 1, 0) + body
+
+
+def test_rdma_netlink_reply_parsing() -> None:
+    """The SYS_GET reply as rdma/rdma_netlink.h lays it out: the copy-on-fork u8 (attribute
+    93) read among others; absent means an older kernel; an error message is named.
+
+    The bytes are built here from the uapi layout: this machine has no ib_core, so no
+    real reply can be had (see the report)."""
+    from rdmaspawn.tools.doctor.facts import _copy_on_fork_attribute
+
+    assert _copy_on_fork_attribute(_nl_reply([(70, b"\x01"), (93, b"\x01")]))[0] is True
+    assert _copy_on_fork_attribute(_nl_reply([(93, b"\x00")]))[0] is False
+    absent = _copy_on_fork_attribute(_nl_reply([(70, b"\x01")]))
+    assert absent[0] is False and "kernel < 5.13" in absent[1]
+    err = _copy_on_fork_attribute(struct.pack("=IHHIIi", 20, 2, 0, 1, 0, -errno.EPERM))
+    assert err == (None, f"RDMA netlink refused the query: {os.strerror(errno.EPERM)}")

@@ -1,5 +1,7 @@
 """Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
 
+(A little over 400 lines on purpose: the package's one /proc reader, issue 8.)
+
 ``madvise(MADV_DONTFORK)`` sets ``VM_DONTCOPY`` on a mapping; the kernel shows
 it as the ``dc`` flag on the mapping's ``VmFlags:`` line (Linux >= 3.8,
 ``show_smap_vma_flags()`` in ``fs/proc/task_mmu.c``).  A ``fork()`` child gets
