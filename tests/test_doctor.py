@@ -221,7 +221,9 @@ def test_wording_in_a_process_that_marks() -> None:
         report = doctor(h.pid)
     assert report.verbs_loaded and report.rdma_core is not None
     assert report.fork_protection.marks
-    assert report.advice[-1] == f"libibverbs: {report.fork_protection.text}"
+    assert report.advice[-1] == ("to remove the cause rather than dodge it, see 'Fork "
+                                 f"protection' above (case '{report.fork_protection.case}')")
+    assert f"Fork protection: {report.fork_protection.text}\n" in report.to_text()
 
 
 _FACTS = dict(kernel="6.8.0", kernel_copies=True, verbs_path="/usr/lib/libibverbs.so.1.14.44.0",

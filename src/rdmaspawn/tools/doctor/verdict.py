@@ -52,4 +52,5 @@ def judge(r: Report) -> None:
         a.append("rdmaspawn.guard('raise') turns any remaining fork() into a clear "
                  "ForkHazardError instead of a crashed child")
     if r.fork_protection.marks and r.verbs_library:
-        a.append(f"libibverbs: {r.fork_protection.text}")
+        a.append("to remove the cause rather than dodge it, see 'Fork protection' above "
+                 f"(case '{r.fork_protection.case}')")
