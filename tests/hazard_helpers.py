@@ -44,15 +44,16 @@ from typing import Any
 import pytest
 
 __all__ = [
+    "DROP_CAPS",
     "HAZARD_UNAVAILABLE",
     "HazardRun",
-    "DROP_CAPS",
     "Holder",
     "mappable_device",
-    "shm_file",
     "require_verbs",
     "run_with_hazard",
+    "shm_file",
     "verbs_available",
+    "verbs_file",
 ]
 
 #: Exit status of the child when plant() raised HazardError.
@@ -301,3 +302,12 @@ def drop_capabilities():
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
 """
+
+
+def verbs_file() -> str | None:
+    """The file libibverbs.so.1 resolves to (as a child's /proc/self/maps shows it), else None."""
+    probe = subprocess.run(
+        [sys.executable, "-c", _VERBS_PROBE + "; print([l.split()[-1] for l in "
+         "open('/proc/self/maps') if 'libibverbs' in l][0])"],
+        capture_output=True, text=True, check=False)
+    return probe.stdout.strip() if probe.returncode == 0 else None

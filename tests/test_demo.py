@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from hazard_helpers import require_verbs
+from hazard_helpers import require_verbs, verbs_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The console script pip installed beside this interpreter.
@@ -54,11 +54,8 @@ def test_demo_without_libibverbs_says_it_fell_back() -> None:
     namespace, so dlopen() really fails), the demo plants with madvise, says why, and how to
     get the real library; the demonstration still goes as expected."""
     require_verbs()
-    probe = subprocess.run(
-        [sys.executable, "-c", "import ctypes; ctypes.CDLL('libibverbs.so.1');"
-         "print([l.split()[-1] for l in open('/proc/self/maps') if 'libibverbs' in l][0])"],
-        capture_output=True, text=True, check=True)
-    library = probe.stdout.strip()
+    library = verbs_file()
+    assert library is not None
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else \
         ["unshare", "--map-root-user", "--mount"]
     hide = f"mount --bind /dev/null {library} && exec \"$@\""

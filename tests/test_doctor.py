@@ -13,39 +13,10 @@ import textwrap
 from typing import Any
 
 import pytest
-from hazard_helpers import DROP_CAPS, Holder, require_verbs, shm_file
+from hazard_helpers import DROP_CAPS, Holder, require_verbs, shm_file, verbs_file
 
 from rdmaspawn.tools.doctor import doctor, scan_node
 from rdmaspawn.tools.doctor.protection import VerbsFacts, judge_protection
-
-# A child interpreter that optionally plants the real hazard (over a malloc
-# arena), prints its pid and what was planted, and waits.
-_WAITER = textwrap.dedent("""
-    import json, os, sys
-    info = {"pid": os.getpid()}
-    if %(plant)r:
-        from rdmaspawn.testing.hazard import plant
-        h = plant(%(plant)r)
-        info.update(start=h.start, length=h.length, method=h.method)
-    print(json.dumps(info), flush=True)
-    sys.stdin.readline()
-""")
-
-
-class Waiter:
-    def __init__(self, plant: Any = None) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _WAITER % {"plant": plant}],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     )
-        assert self.proc.stdout is not None
-        self.info: dict[str, Any] = json.loads(self.proc.stdout.readline())
-        self.pid: int = self.info["pid"]
-
-    def __enter__(self) -> Waiter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.communicate("\n", timeout=30)
 
 
 def cli(*args: str, python: str = sys.executable, prefix: list[str] = ()) -> subprocess.CompletedProcess:  # type: ignore[assignment]
@@ -68,7 +39,7 @@ def test_clean_process_is_ok() -> None:
 
 def test_clean_other_pid_is_ok() -> None:
     """Another clean process, by pid: OK, not 'self'."""
-    with Waiter() as w:
+    with Holder() as w:
         report = doctor(w.pid)
         assert report.ok and not report.is_self and report.pid == w.pid
         r = cli("--pid", str(w.pid))
@@ -77,8 +48,8 @@ def test_clean_other_pid_is_ok() -> None:
 
 def test_planted_hazard_in_other_process_is_named() -> None:
     """The arena page planted in another process is reported as HAZARD with its address, exit 1."""
-    with Waiter(plant="madvise") as w:
-        start = w.info["start"]
+    with Holder(plant="madvise") as w:
+        start = w.info["hazard"]["start"]
         report = doctor(w.pid)
         assert report.verdict == "HAZARD"
         hit = [f for f in report.findings if f.mapping.start <= start < f.mapping.end]
@@ -146,7 +117,7 @@ def test_unreadable_pid_exits_2_without_traceback() -> None:
             os.setresuid(65534, 65534, 65534)
         sys.exit(main(["--pid", sys.argv[1]]))
     """)
-    with Waiter() as w:
+    with Holder() as w:
         target = w.pid if os.geteuid() == 0 else 1
         r = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
                            text=True, timeout=60)
@@ -178,11 +149,7 @@ def _this_machine() -> dict[str, Any]:
         netlink = "available"
     except OSError as e:
         netlink = "unsupported" if e.errno == errno.EPROTONOSUPPORT else "error"
-    probe = subprocess.run(
-        [sys.executable, "-c", "import ctypes, os; ctypes.CDLL('libibverbs.so.1');"
-         "print([l.split()[-1] for l in open('/proc/self/maps') if 'libibverbs' in l][0])"],
-        capture_output=True, text=True)
-    verbs = probe.stdout.strip() if probe.returncode == 0 else None
+    verbs = verbs_file()
     release = os.uname().release
     return {"kernel": tuple(int(x) for x in release.split(".")[:2]), "release": release,
             "netlink": netlink, "verbs": verbs}
