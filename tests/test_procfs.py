@@ -239,3 +239,34 @@ def test_has_dontfork_is_fast_with_1000_mappings() -> None:
         per_call = (time.perf_counter() - t0) / 20
         # About 1.5 ms here (1 ms of it the kernel writing smaps); allow slow CI.
         assert per_call < 0.05, per_call
+
+
+_THREADS = textwrap.dedent("""
+    import sys, threading
+    gate = threading.Event()
+    threads = [threading.Thread(target=gate.wait) for _ in range(3)]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    gate.set()
+""")
+
+
+def test_environ_cmdline_threads_pids() -> None:
+    """The small readers on a real child: the environment it started with, its argv, its
+    thread count (main + 3), and its pid among all pids."""
+    env = dict(os.environ, RDMASPAWN_PROCFS_TEST="a=b c")
+    argv = [sys.executable, "-c", _THREADS, "x y", ""]
+    p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        assert _smaps.read_environ(p.pid)["RDMASPAWN_PROCFS_TEST"] == "a=b c"
+        assert _smaps.read_cmdline(p.pid)[1:] == argv[1:]  # the empty last one included
+        assert _smaps.thread_count(p.pid) == 4
+        assert p.pid in _smaps.all_pids() and os.getpid() in _smaps.all_pids()
+        assert os.path.samefile(_smaps.exe_path(p.pid), sys.executable)
+    finally:
+        p.communicate("\n", timeout=30)
+    with pytest.raises(ProcessLookupError):
+        _smaps.read_environ(p.pid)

@@ -1,6 +1,7 @@
 """Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
 
-(A little over 400 lines on purpose: the package's one /proc reader, issue 8.)
+(Over 400 lines on purpose: the package's one /proc reader, issue 8; each
+section below is one kind of question.)
 
 ``madvise(MADV_DONTFORK)`` sets ``VM_DONTCOPY`` on a mapping; the kernel shows
 it as the ``dc`` flag on the mapping's ``VmFlags:`` line (Linux >= 3.8,
@@ -24,7 +25,9 @@ This is the one place that reads ``/proc/PID/{smaps,maps}``: the doctor, the
 guard, the drop-in and the hazard planter all ask it.  Besides the DONTFORK
 questions it answers "which file of a loaded library matches this soname"
 (:func:`library_paths`), "does this address lie in a glibc thread heap"
-(:func:`thread_heap_base`, with glibc's :data:`HEAP_MAX_SIZE`).
+(:func:`thread_heap_base`, with glibc's :data:`HEAP_MAX_SIZE`), and the
+little else a tool asks about a process (environment, command line, threads,
+capabilities).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ __all__ = [
     "Mapping",
     "NoSuchProcessError",
     "all_mappings",
+    "all_pids",
     "dontfork_mappings",
+    "exe_path",
     "has_capability",
     "has_dontfork",
     "is_device_path",
@@ -50,11 +55,15 @@ __all__ = [
     "library_path",
     "library_paths",
     "mapping_at",
+    "max_map_count",
     "parse_maps",
     "parse_smaps",
+    "read_cmdline",
+    "read_environ",
     "read_maps",
     "read_proc",
     "read_smaps",
+    "thread_count",
     "thread_heap_base",
 ]
 
@@ -418,3 +427,51 @@ def has_capability(cap: int, pid: Pid = "self") -> bool | None:
         if line.startswith(b"CapEff:"):
             return bool(int(line.split()[1], 16) >> cap & 1)
     return None
+
+
+# -- the rest a tool asks about a process ------------------------------------------
+
+
+def all_pids() -> list[int]:
+    """Every process id in /proc, in order (some may be gone by the time they are read)."""
+    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+
+
+def read_environ(pid: Pid) -> dict[str, str]:
+    """The environment the process started with (``/proc/PID/environ``; later
+    setenv() calls do not show)."""
+    env: dict[str, str] = {}
+    for item in read_proc(pid, "environ").split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def read_cmdline(pid: Pid) -> list[str]:
+    """The process's argv (empty for a kernel thread or a zombie)."""
+    data = read_proc(pid, "cmdline")
+    if not data:
+        return []
+    # Each argument ends with a NUL; drop only the last one, so empty arguments stay.
+    return [os.fsdecode(a) for a in data[:-1].split(b"\0")] if data.endswith(b"\0") \
+        else [os.fsdecode(data)]  # a process that rewrote its argv area
+
+
+def exe_path(pid: Pid) -> str:
+    """The file the process executes (``/proc/PID/exe``; reading it needs ptrace access)."""
+    return os.readlink(_proc_path(pid, "exe"))
+
+
+def thread_count(pid: Pid = "self") -> int:
+    """How many threads the process has now (``/proc/PID/task``)."""
+    return len(os.listdir(_proc_path(pid, "task")))
+
+
+def max_map_count() -> int | None:
+    """``vm.max_map_count``: how many mappings a process may have; None if unreadable."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None

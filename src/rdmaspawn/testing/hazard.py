@@ -37,7 +37,14 @@ import os
 import threading
 import time
 
-from .._procfs import is_dontfork, library_path, parse_maps, read_maps, thread_heap_base
+from .._procfs import (
+    is_dontfork,
+    library_path,
+    parse_maps,
+    read_maps,
+    thread_count,
+    thread_heap_base,
+)
 
 __all__ = ["INSTALL_VERBS", "VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
 
@@ -115,27 +122,20 @@ def _find_arena(buf: int, page: int) -> int:
     return ar_ptr
 
 
-def _task_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
 def _alloc_in_fresh_thread(libc: ctypes.CDLL) -> int:
     result = []
 
     def target() -> None:
         result.append(libc.malloc(_BUFFER_SIZE) or 0)
 
-    tasks = _task_count()
+    tasks = thread_count()
     t = threading.Thread(target=target, name="rdmaspawn-hazard")
     t.start()
     t.join()
     # join() can return while the OS thread is still exiting (3.13), and
     # os.fork() on 3.12+ then warns that the process is multi-threaded.
     deadline = time.monotonic() + 2.0
-    while _task_count() > tasks and time.monotonic() < deadline:
+    while thread_count() > tasks and time.monotonic() < deadline:
         time.sleep(0.001)
     if not result or not result[0]:
         raise HazardError("malloc() failed in the fresh thread")

@@ -11,8 +11,10 @@ from typing import Any
 from ..._procfs import (
     Pid,
     all_mappings,
+    exe_path,
     library_paths,
-    read_proc,
+    max_map_count,
+    read_environ,
 )
 from .classify import classify
 from .facts import (
@@ -48,26 +50,13 @@ def mapped_libraries(pid: Pid) -> dict[str, str]:
     return {names[prefix]: path for prefix, path in found.items()}
 
 
-def _max_map_count() -> int | None:
-    try:
-        with open("/proc/sys/vm/max_map_count") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _environ_of(pid: int, is_self: bool) -> tuple[dict[str, str | None], str]:
     if is_self:
         return {k: os.environ.get(k) for k in ENV_VARS}, "this process, now"
     try:
-        raw = read_proc(pid, "environ")
+        env = read_environ(pid)
     except OSError as e:
         return {k: None for k in ENV_VARS}, f"unreadable: {e.strerror or e}"
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            env[os.fsdecode(k)] = os.fsdecode(v)
     return {k: env.get(k) for k in ENV_VARS}, f"as the process started (/proc/{pid}/environ)"
 
 
@@ -121,7 +110,7 @@ def _self_facts() -> dict[str, Any]:
 
 def _other_python(pid: int) -> str:
     try:
-        exe = os.readlink(f"/proc/{pid}/exe")
+        exe = exe_path(pid)
     except OSError:
         return f"unknown (cannot read /proc/{pid}/exe)"
     m = re.search(r"python(\d+\.\d+)", os.path.basename(exe))
@@ -192,7 +181,7 @@ def doctor(pid: int | None = None) -> Report:
     )
     report = Report(
         pid=real_pid, is_self=is_self, verdict="OK", problems=[], advice=[],
-        findings=findings, map_count=len(mappings), max_map_count=_max_map_count(),
+        findings=findings, map_count=len(mappings), max_map_count=max_map_count(),
         libraries=libs, verbs_loaded=loaded_verbs is not None, verbs_library=verbs_path,
         rdma_core=verbs.rdma_core, fork_status=fork_status, fork_status_note=fork_note,
         fork_protection=judge_protection(verbs), environment=env,

@@ -22,7 +22,14 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from ..._procfs import NoSuchProcessError, all_mappings, has_dontfork, read_proc
+from ..._procfs import (
+    NoSuchProcessError,
+    all_mappings,
+    all_pids,
+    has_dontfork,
+    read_cmdline,
+    read_proc,
+)
 from .classify import Finding, classify
 from .process import mapped_libraries
 
@@ -127,16 +134,12 @@ class NodeScan:
         return "\n".join(out) + "\n"
 
 
-def _all_pids() -> list[int]:
-    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
-
-
 def _command(pid: int) -> str:
     """The command line, or ``[comm]`` for a process without one (a kernel thread)."""
     try:
-        argv = read_proc(pid, "cmdline").rstrip(b"\0").split(b"\0")
-        if argv != [b""]:
-            return " ".join(os.fsdecode(a) for a in argv)
+        argv = read_cmdline(pid)
+        if argv:
+            return " ".join(argv)
         return "[" + os.fsdecode(read_proc(pid, "comm").strip()) + "]"
     except OSError:
         return "?"
@@ -149,7 +152,7 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
     denied: list[int] = []
     scanned = 0
     me = os.getpid()
-    for pid in _all_pids() if pids is None else pids:
+    for pid in all_pids() if pids is None else pids:
         try:
             if has_dontfork(pid, devices=True):
                 mappings = all_mappings(pid)
