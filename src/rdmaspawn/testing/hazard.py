@@ -162,7 +162,7 @@ def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
     verbs = _load_verbs()
     if verbs is None:
         return None, None, f"cannot load {VERBS_LIBRARY} (to get it: {INSTALL_VERBS})"
-    if verbs.ibv_is_fork_initialized() == 2:
+    if _FORK_STATES.get(verbs.ibv_is_fork_initialized()) == "unneeded":
         return None, None, (
             "ibv_is_fork_initialized() says fork support is unneeded "
             "(kernel copy-on-fork): libibverbs will not mark DONTFORK"
