@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from hazard_helpers import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
@@ -229,16 +228,14 @@ def test_has_capability_reads_cap_eff() -> None:
     assert before == ("True" if os.geteuid() == 0 else before)
 
 
-def test_has_dontfork_is_fast_with_1000_mappings() -> None:
-    """has_dontfork() on a process with over 1000 mappings takes a few ms (it runs before every forking spawn)."""
+def test_one_dontfork_among_1000_mappings() -> None:
+    """has_dontfork() and dontfork_mappings() find the one marked mapping among over 1000
+    (their speed is the benchmark's business, not a pass/fail test's)."""
     with Child(n=1000, dc=500) as c:
         assert len(_smaps.all_mappings(c.pid)) > 1000
-        t0 = time.perf_counter()
-        for _ in range(20):
-            assert _smaps.has_dontfork(c.pid)
-        per_call = (time.perf_counter() - t0) / 20
-        # About 1.5 ms here (1 ms of it the kernel writing smaps); allow slow CI.
-        assert per_call < 0.05, per_call
+        assert _smaps.has_dontfork(c.pid)
+        found = _smaps.dontfork_mappings(c.pid)
+        assert [m.start for m in found] == [c.info["target"]]
 
 
 _THREADS = textwrap.dedent("""
