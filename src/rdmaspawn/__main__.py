@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("doctor", add_help=False,
-                   help="check whether a process can safely fork() (--pid PID, --json)")
+                   help="check whether a process can safely fork() (--pid PID | --all, --json)")
     sub.add_parser("demo", add_help=False,
                    help="show a fork()ed child crash where rdmaspawn's child runs")
     sub.add_parser("bench", add_help=False,
