@@ -18,6 +18,7 @@ __all__ = [
     "ENGINE_MODULE",
     "ENV_VARS",
     "RDMA_CORE_ASKS_KERNEL",
+    "RDMA_CORE_SKIPS_MARKING",
     "RDMA_LIBS",
     "kernel_copies_pinned_pages",
     "kernel_version",
@@ -32,10 +33,17 @@ __all__ = [
 COPY_ON_FORK_KERNEL = (5, 13)
 
 #: First rdma-core release whose libibverbs asks the kernel (over RDMA
-#: netlink) before marking anything: where the kernel copies pinned pages,
-#: ibv_is_fork_initialized() returns IBV_FORK_UNNEEDED and ibv_fork_init()
-#: returns 0 without madvise() (libibverbs/memory.c; ibv_is_fork_initialized(3)).
+#: netlink) whether it copies pinned pages: ibv_is_fork_initialized() then
+#: returns IBV_FORK_UNNEEDED (rdma-core commit 67b00c3, "verbs: Report when
+#: ibv_fork_init() is not needed", v35.0). ibv_fork_init() still marks.
 RDMA_CORE_ASKS_KERNEL = 35
+
+#: First rdma-core release whose ibv_fork_init() does nothing where the kernel
+#: said it copies pinned pages, so no registration is marked DONTFORK
+#: (rdma-core commit 5a11b68, "libibverbs: ignore IBV_FORK_SAFE et.al. when
+#: kernel has fork support", v51.0). Releases 35-50 report "unneeded" and
+#: mark all the same.
+RDMA_CORE_SKIPS_MARKING = 51
 
 # RDMA netlink, from linux/netlink.h and rdma/rdma_netlink.h.
 _NETLINK_RDMA = 20
@@ -74,13 +82,9 @@ ENV_VARS: dict[str, str] = {
         "set to any value (even empty or 0): libibverbs calls ibv_fork_init() when it "
         "initialises, so every registered buffer is marked MADV_DONTFORK, rounded out to "
         "whole pages; a fork() child loses those pages. No effect where libibverbs learns "
-        "that the kernel copies pinned pages on fork (fork status 'unneeded')"
+        "that the kernel copies pinned pages on fork (fork status 'unneeded') and is of rdma-core 51 or later"
     ),
     "IBV_FORK_SAFE": "older name of RDMAV_FORK_SAFE, same effect",
-    "RDMAV_USE_MADVISE": (
-        "recent rdma-core: ibv_fork_init() marks registrations MADV_DONTFORK even where "
-        "the kernel copies pinned pages on fork"
-    ),
     "RDMAV_HUGEPAGES_SAFE": (
         "set to any value: with fork support on, libibverbs finds the real page size of "
         "each registered range, so on huge pages the MADV_DONTFORK area grows to whole "

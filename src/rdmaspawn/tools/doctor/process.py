@@ -177,7 +177,6 @@ def doctor(pid: int | None = None) -> Report:
         netlink_copy_on_fork=cof,
         netlink_note=netlink_note,
         fork_status=fork_status,
-        use_madvise=env.get("RDMAV_USE_MADVISE") is not None,
     )
     report = Report(
         pid=real_pid, is_self=is_self, verdict="OK", problems=[], advice=[],

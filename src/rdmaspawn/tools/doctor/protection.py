@@ -6,13 +6,13 @@ The situations, in the order they are tried (first match wins):
 case           when
 =============  ===============================================================
 no-verbs       no libibverbs in the process nor on the machine
-unneeded       libibverbs said "unneeded", or: kernel >= 5.13, rdma-core >= 35
-               and RDMA netlink answered copy-on-fork
-use-madvise    as "unneeded" but RDMAV_USE_MADVISE is set: it marks anyway
 kernel-old     the kernel is older than 5.13 (or its netlink says no
                copy-on-fork): marking is needed and the hazard is real
-verbs-old      kernel >= 5.13 but rdma-core < 35: it never asks the kernel
-cannot-ask     kernel >= 5.13, rdma-core >= 35, but RDMA netlink cannot be
+verbs-old      kernel >= 5.13 but rdma-core < 51: its ibv_fork_init() marks
+               anyway (35-50 even report "unneeded" while they mark)
+unneeded       kernel >= 5.13, rdma-core >= 51, and the kernel said so over
+               RDMA netlink (or libibverbs reported "unneeded"): nothing marked
+cannot-ask     kernel >= 5.13, rdma-core >= 51, but RDMA netlink cannot be
                asked (ib_core not loaded): it falls back to marking
 =============  ===============================================================
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .facts import COPY_ON_FORK_KERNEL, RDMA_CORE_ASKS_KERNEL
+from .facts import COPY_ON_FORK_KERNEL, RDMA_CORE_SKIPS_MARKING
 
 __all__ = ["Protection", "VerbsFacts", "judge_protection"]
 
@@ -42,7 +42,6 @@ class VerbsFacts:
     netlink_copy_on_fork: bool | None
     netlink_note: str
     fork_status: str | None = None
-    use_madvise: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,29 +68,22 @@ def judge_protection(f: VerbsFacts) -> Protection:
                           "MADV_DONTFORK memory, if any, comes from code that calls madvise() "
                           "itself", False)
     verbs = _verbs_name(f)
-    asks = f.rdma_core is None or f.rdma_core >= RDMA_CORE_ASKS_KERNEL
-    answered = f.netlink_copy_on_fork is True
-    if f.fork_status == "unneeded" or (f.kernel_copies and asks and answered):
-        if f.use_madvise:
-            return Protection("use-madvise", f"{kernel} copies DMA-pinned pages at fork and "
-                              f"{verbs} knows it, but RDMAV_USE_MADVISE is set, so "
-                              "ibv_fork_init() marks registrations DONTFORK anyway: unset it to "
-                              f"remove the hazard at its root; {_UNTIL}", True)
-        return Protection("unneeded", f"{kernel} copies DMA-pinned pages at fork and {verbs} "
-                          "asked it: libibverbs marks nothing (fork status 'unneeded'); "
-                          "MADV_DONTFORK memory, if any, comes from code that calls madvise() "
-                          "itself", False)
     if not f.kernel_copies or f.netlink_copy_on_fork is False:
         return Protection("kernel-old", f"{kernel} does not copy DMA-pinned pages at fork, so "
                           f"with fork protection on (ibv_fork_init(), RDMAV_FORK_SAFE) {verbs} "
                           "must mark registrations DONTFORK and a fork() child loses those "
-                          f"pages: Linux >= {_KERNEL} with rdma-core >= {RDMA_CORE_ASKS_KERNEL} "
+                          f"pages: Linux >= {_KERNEL} with rdma-core >= {RDMA_CORE_SKIPS_MARKING} "
                           f"removes the hazard at its root; {_UNTIL}", True)
-    if not asks:
+    if f.rdma_core is not None and f.rdma_core < RDMA_CORE_SKIPS_MARKING:
         return Protection("verbs-old", f"{kernel} copies DMA-pinned pages at fork, but {verbs} "
-                          "does not ask it and marks DONTFORK anyway: upgrade rdma-core to "
-                          f"{RDMA_CORE_ASKS_KERNEL} or later to remove the hazard at its root; "
-                          f"{_UNTIL}", True)
+                          "marks registrations DONTFORK anyway once ibv_fork_init() has run: "
+                          f"upgrade rdma-core to {RDMA_CORE_SKIPS_MARKING} or later to remove "
+                          f"the hazard at its root; {_UNTIL}", True)
+    if f.fork_status == "unneeded" or f.netlink_copy_on_fork is True:
+        return Protection("unneeded", f"{kernel} copies DMA-pinned pages at fork and {verbs} "
+                          "asked it: libibverbs marks nothing (fork status 'unneeded'); "
+                          "MADV_DONTFORK memory, if any, comes from code that calls madvise() "
+                          "itself", False)
     return Protection("cannot-ask", f"{kernel} copies DMA-pinned pages at fork and {verbs} "
                       f"would ask it, but cannot here ({f.netlink_note}), so ibv_fork_init() "
                       "still marks registrations DONTFORK: on a node whose RDMA driver is "
