@@ -163,7 +163,7 @@ def spawn(
     fail_status: int = 255,
     close_method: str = "auto",
     force_clone: bool = False,
-    setup: Optional[ChildSetup] = None,
+    setup: ChildSetup | None = None,
 ) -> tuple[int, int]:
     """Start a child and return ``(pid, pidfd)``; pidfd is -1 unless asked for.
 
@@ -194,7 +194,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
                stderr: int, close_in_child: Sequence[int], pass_fds: Sequence[int],
                flags: int, close_method: int, umask: int, pgid: Optional[int],
                groups: Optional[Sequence[int]], gid: Optional[int], uid: Optional[int],
-               fail_status: int, setup: Optional[ChildSetup] = None,
+               fail_status: int, setup: ChildSetup | None = None,
                _setup_ptr: Any = None) -> tuple[int, int]:
     """:func:`spawn` with positional arguments, the flags already combined
     (``CLOSE_FDS | RESTORE_SIGNALS | ...``) and ``pass_fds`` already checked:
