@@ -60,8 +60,8 @@ class ChildSetup:
     def __call__(self) -> None:
         """Do it all with Python calls: the value as a stock ``preexec_fn``."""
         parent = os.getppid()
-        if self.setsid or self.ctty is not None:
-            os.setsid()
+        if (self.setsid or self.ctty is not None) and os.getsid(0) != os.getpid():
+            os.setsid()  # not twice: start_new_session=True did it already
         if self.pgid is not None:
             os.setpgid(0, self.pgid)
         if self.umask is not None:
