@@ -14,7 +14,6 @@ because the kernel clears it on a credential change.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import signal
@@ -110,6 +109,8 @@ class Chain(tuple):  # type: ignore[type-arg]
 
 
 def _libc_call(name: str, *args: int) -> None:
+    import ctypes  # only in a forked child, under stock CPython
+
     libc = ctypes.CDLL(None, use_errno=True)
     if getattr(libc, name)(*[ctypes.c_long(a) for a in args]) < 0:
         err = ctypes.get_errno()
