@@ -10,7 +10,10 @@ the same three ways:
 - the same preexec_fn values under stock CPython, without the hazard (CPython
   forks and calls them).
 
-and different from a plain child's state, so that each case can fail.
+and different from a plain child's state in the same run, so that each case
+can fail. (Plain children are not compared across runs: on 3.13 stock
+CPython starts them with glibc's posix_spawn(), whose children start with
+glibc's internal signals 32 and 33 ignored.)
 """
 from __future__ import annotations
 
@@ -121,8 +124,8 @@ def test_popen_keywords_match_preexec_fn_under_cpython(stock: dict, method: str)
         if kwargs is None:
             continue
         assert engine[name] == stock[name], name
-        assert engine[name][differs] != stock["baseline"][differs], name
-    assert engine["baseline"] == stock["baseline"]
+        assert engine[name][differs] != engine["baseline"][differs], name
+        assert stock[name][differs] != stock["baseline"][differs], name
 
 
 @pytest.mark.parametrize("method", ["madvise", "verbs"])
@@ -135,7 +138,7 @@ def test_preexec_values_run_without_fork_under_patch(stock: dict, method: str) -
     assert set(patched) == set(stock)
     for name, (_, _, stdlib, differs) in _cases().items():
         assert patched[name] == stock[name], name
-        assert patched[name][differs] != stock["baseline"][differs], name
+        assert patched[name][differs] != patched["baseline"][differs], name
         if stdlib is not None:
             assert patched[name + " (stdlib)"] == stock[name], name
             assert stock[name + " (stdlib)"] == stock[name], name
