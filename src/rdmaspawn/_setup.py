@@ -88,7 +88,7 @@ class ChildSetup:
             os.nice(self.nice)
         if self.ioprio is not None:
             _libc_call("syscall", _SYS_IOPRIO_SET[os.uname().machine],
-                       _IOPRIO_WHO_PROCESS, 0, _ioprio_value(self.ioprio))
+                       _IOPRIO_WHO_PROCESS, 0, ioprio_value(self.ioprio))
         if self.cpu_affinity is not None:
             os.sched_setaffinity(0, self.cpu_affinity)
         if self.no_new_privs:
@@ -117,7 +117,8 @@ def _libc_call(name: str, *args: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _ioprio_value(ioprio: tuple[int, int]) -> int:
+def ioprio_value(ioprio: tuple[int, int]) -> int:
+    """``(class, level)`` as ioprio_set(2) takes it."""
     klass, level = ioprio
     return (klass << _IOPRIO_CLASS_SHIFT) | level
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from ._rdmaspawn_cffi import ffi, lib
-from ._setup import ChildSetup, signal_bits
+from ._setup import ChildSetup, ioprio_value, signal_bits
 from ._spawner import run_as_process
 
 __all__ = ["ChildSetupError", "packed", "spawn_with"]
@@ -86,7 +86,7 @@ def packed(setup: ChildSetup) -> Iterator[Any]:
             s.set_nice, s.nice = 1, setup.nice
         if setup.ioprio is not None:
             s.set_ioprio = 1
-            s.ioprio = (setup.ioprio[0] << 13) | setup.ioprio[1]
+            s.ioprio = ioprio_value(setup.ioprio)
         words = None
         if setup.cpu_affinity is not None:
             mask = [0] * (max(setup.cpu_affinity) // 64 + 1)
