@@ -176,3 +176,28 @@ def test_helper_is_a_plain_preexec_fn_under_stock_cpython() -> None:
     """, None)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == [str(int(__import__("signal").SIGHUP))]
+
+
+def test_failure_on_the_spawner_thread_reaches_the_caller() -> None:
+    """A setup step that fails for a spawn run on the spawner thread raises
+    in the thread that asked, and leaves no child behind."""
+    run = run_with_hazard("""
+        import json, resource, threading, rdmaspawn
+        box = []
+        def start():
+            try:
+                rdmaspawn.Popen(["true"], pdeathsig=signal.SIGTERM,
+                                rlimits={resource.RLIMIT_NOFILE: (10**9, 10**9)})
+            except rdmaspawn.ChildSetupError as exc:
+                box.append([exc.step, threading.current_thread().name])
+        t = threading.Thread(target=start, name="asker")
+        t.start(); t.join()
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            box.append("a child is left")
+        except ChildProcessError:
+            box.append("no child")
+        print(json.dumps(box))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == [["setrlimit", "asker"], "no child"]
