@@ -111,28 +111,35 @@ def _blob(items: Iterable[object]) -> tuple[bytes, int]:
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
-    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() checks it."""
+    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() and
+    os.posix_spawn() check it: both converted, then a name that is empty or
+    has "=" after its first byte refused (a leading "=" is allowed)."""
     out = []
     for key, value in env.items():
         k = _fsencode(key)
-        if not k or b"=" in k:
+        v = _fsencode(value)
+        if not k or b"=" in k[1:]:
             raise ValueError("illegal environment variable name")
-        out.append(k + b"=" + _fsencode(value))
+        out.append(k + b"=" + v)
     return out
 
 
 def _fd(value: object, what: str) -> int:
+    # Any C int: a negative one other than -1 reaches the child, whose dup
+    # fails with EBADF, as CPython's does.
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < -1 or value > 0x7FFFFFFF:
-        raise ValueError(f"{what} out of range: {value}")
+    if not -0x80000000 <= value <= 0x7FFFFFFF:
+        raise OverflowError(f"{what} out of range for a C int: {value}")
     return value
 
 
 def _id(value: object, what: str) -> int:
+    # Any uid_t: (uid_t)-1 reaches the kernel, which reads it as "unchanged"
+    # for setres[ug]id and refuses it (EINVAL) in a group list.
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 0 or value > 0xFFFFFFFE:
+    if value < 0 or value > 0xFFFFFFFF:
         raise ValueError(f"{what} out of range: {value}")
     return value
 

@@ -17,8 +17,9 @@ import os
 import subprocess
 import threading
 import types
-from typing import Any, Callable, Dict
+from typing import Any, Callable
 
+from .. import _cpython
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
 
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-def _namespace() -> Dict[str, Any]:
+def _namespace() -> dict[str, Any]:
     # A copy of subprocess's globals in which the spawn primitive is ours.
     ns = dict(vars(subprocess))
     ns["_fork_exec"] = _forkexec.fork_exec  # 3.11+
@@ -95,6 +96,10 @@ class Popen(subprocess.Popen):  # type: ignore[type-arg]
     :class:`rdmaspawn.PreexecFnError` when the process holds MADV_DONTFORK
     memory, and runs as in CPython (a fork) when it holds none.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _cpython.require()  # before any pipe: this CPython must be one we know
+        super().__init__(*args, **kwargs)
 
     _execute_child = _rebind(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
                              "Popen._execute_child")

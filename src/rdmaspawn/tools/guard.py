@@ -33,11 +33,8 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
   should hand ``preexec_fn`` calls to the function it replaced, so that a
   guard applied before it still sees them.
 
-``fork_exec`` is positional only.  Its ``preexec_fn`` is the last of 21
-arguments on 3.9 and 3.10 (``..., gid, extra_groups, uid, child_umask,
-preexec_fn``) and the 22nd of 23 on 3.11-3.13 (``..., process_group, gid,
-extra_groups, uid, child_umask, preexec_fn, allow_vfork``), as
-``Lib/subprocess.py`` of each version calls it.
+``fork_exec`` is positional only; which argument is which on each version,
+and when CPython's forks rather than vforks, is ``rdmaspawn._cpython``'s.
 """
 
 from __future__ import annotations
@@ -45,11 +42,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
+from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
 
 __all__ = [
@@ -115,20 +112,13 @@ def _check(what: str) -> None:
 
 def _fork_exec_forks(args: Tuple[Any, ...], preexec_only: bool) -> bool:
     """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
-    n = len(args)
-    if n < 21:
-        return False  # not a call we understand; the callee will raise
-    p = 21 if n >= 23 else n - 1  # index of preexec_fn
-    if args[p] is not None:
-        return True
-    if preexec_only:
-        return False
-    if sys.version_info < (3, 10):
-        return True
-    gid, groups, uid = args[p - 4], args[p - 3], args[p - 2]
-    if gid not in (None, -1) or uid not in (None, -1) or groups is not None:
-        return True
-    return n >= 23 and not args[22]  # allow_vfork false: subprocess._USE_VFORK
+    try:
+        call = _cpython.unpack_fork_exec(args)
+    except TypeError:
+        return False  # a wrong argument count: the callee raises
+    except _cpython.UnsupportedPython:
+        return True  # a CPython we do not know: assume the worst
+    return _cpython.fork_exec_forks(call, preexec_only)
 
 
 def _forks_only_for_preexec(fn: Any) -> bool:
@@ -222,29 +212,10 @@ def unguard() -> None:
             if mine is None:
                 continue
             _active.discard(mine)
-            if _remove(module, attr, mine):
+            if _wrapping.splice_out(module, attr, mine):
                 del _installed[key]
             # else: someone wrapped ours and calls it directly; it stays in
             # their chain as a pass-through.
-
-
-def _remove(module: Any, attr: str, mine: Any) -> bool:
-    """Take ``mine`` out: off the attribute, or spliced out of a ``__wrapped__`` chain."""
-    current: Any = getattr(module, attr, None)
-    if current is mine:
-        setattr(module, attr, mine.__wrapped__)
-        return True
-    seen = 0
-    while current is not None and hasattr(current, "__wrapped__") and seen < 64:
-        if current.__wrapped__ is mine:
-            try:
-                current.__wrapped__ = mine.__wrapped__
-            except (AttributeError, TypeError):
-                return False
-            return True
-        current = current.__wrapped__
-        seen += 1
-    return False
 
 
 def is_guarded() -> Optional[str]:
