@@ -80,7 +80,7 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
         c_int, parser = _cpython.c_int, internals.int_parser
         (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
          errpipe_write) = (c_int(fd, parser) for fd in call[6:14])
-        pgid = c_int(call.pgid_to_set, "format_i")  # pid_t: "i" everywhere
+        pgid = c_int(call.pgid_to_set, parser)
         umask = c_int(call.child_umask, parser)
         if call.close_fds and errpipe_write < 3:
             raise ValueError("errpipe_write must be >= 3")
