@@ -85,13 +85,6 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
         if call.close_fds and errpipe_write < 3:
             raise ValueError("errpipe_write must be >= 3")
         arguments.check_fds_to_keep(call.fds_to_keep)
-        try:
-            groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
-            gid = arguments.convert_id(call.gid, "gid")
-            uid = arguments.convert_id(call.uid, "uid")
-        except (TypeError, ValueError, OverflowError):
-            arguments.check_strings(call)  # their errors come first
-            raise
         # The error pipe stays with the parent: the engine's child reports
         # through shared memory and this function writes the pipe itself.
         keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
@@ -99,6 +92,9 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
                  | (call.restore_signals and _engine.RESTORE_SIGNALS)
                  | (call.call_setsid and _engine.SETSID))
         try:
+            groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
+            gid = arguments.convert_id(call.gid, "gid")
+            uid = arguments.convert_id(call.uid, "uid")
             pid, _ = _engine.spawn_flat(
                 call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
                 errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
@@ -115,6 +111,11 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
             except OSError:
                 pass
             return err.pid
+        except (TypeError, ValueError, OverflowError):
+            # fork_exec converts its strings first, in its own order: their
+            # errors win over the ids' and the engine's.
+            arguments.check_strings(call)
+            raise
         return pid
 
     fork_exec.__wrapped__ = fallback  # type: ignore[attr-defined]

@@ -47,7 +47,13 @@ def _start(file: Any, args: Sequence[Any], env: Mapping[Any, Any] | None,
                      for d in os.get_exec_path(env)]
     else:
         exec_list = [file]
-    env_list = _engine.env_list(env) if func in (os.execve, os.execvpe) and env is not None else None
+    # CPython's child calls func(file, args) when env is None, else
+    # func(file, args, env): a mismatch is a TypeError there, then 127.
+    if (func in (os.execve, os.execvpe)) != (env is not None):
+        raise TypeError(f"{func.__name__}() called with the wrong arguments")
+    if env is not None and not isinstance(env, Mapping):
+        raise TypeError("env must be a mapping object")  # os.execve's check
+    env_list = None if env is None else _engine.env_list(env)
     return _spawn(args, exec_list, env_list)
 
 
