@@ -124,8 +124,11 @@ _V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
                        too_many_groups="too many extra_groups", posix_spawn_environ=False,
                        posix_spawn_str_nul=_PATH_NUL)
 
-#: Keyed by sys.version_info[:2]. 3.14 from reading its Lib/subprocess.py and
-#: Modules/_posixsubprocess.c: the 3.13 call, unchanged; require() checks it.
+#: Keyed by sys.version_info[:2]. 3.9-3.13 read from each version's sources
+#: and checked by running them. 3.14 is taken to be 3.13's (23 arguments,
+#: "noexec:chdir", clinic parsers; its Modules/_posixsubprocess.c has the same
+#: clinic signature) but has not run here: require() checks its call at run
+#: time and refuses it if the arguments differ.
 TABLE: dict[tuple[int, int], Internals] = {
     (3, 9): _V39,
     (3, 10): _V39._replace(can_vfork=True),

@@ -47,13 +47,14 @@ def patch() -> None:
     with _lock:
         if _applied is not None:
             return
-        _cpython.require()  # this CPython calls fork_exec as we know, or no patch
+        # This CPython calls fork_exec as we know, or no patch at all.
+        home, attr = _cpython.require().home
         done: list[tuple[Any, str, Any, Any]] = []
         fork_exec = _forkexec.make_fork_exec(_posixsubprocess.fork_exec)
         _swap(done, _posixsubprocess, "fork_exec", fork_exec)
-        if hasattr(subprocess, "_fork_exec"):
-            sub_fork_exec = _forkexec.make_fork_exec(subprocess._fork_exec)
-            _swap(done, subprocess, "_fork_exec", sub_fork_exec)
+        if home == "subprocess":  # 3.11+ calls its own alias, bound at import
+            sub_fork_exec = _forkexec.make_fork_exec(getattr(subprocess, attr))
+            _swap(done, subprocess, attr, sub_fork_exec)
         _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
         if hasattr(os, "_spawnvef"):
             _swap(done, os, "_spawnvef", _spawnv.spawnvef)

@@ -163,8 +163,10 @@ def _targets() -> List[_Target]:
         (os, "forkpty", _wrap_fork, "os.forkpty()"),
         (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
     ]
-    if hasattr(subprocess, "_fork_exec"):  # 3.11+
-        out.append((subprocess, "_fork_exec", _wrap_fork_exec, "subprocess.Popen"))
+    internals = _cpython.current()
+    home, attr = internals.home if internals else ("subprocess", "_fork_exec")
+    if home == "subprocess" and hasattr(subprocess, attr):  # 3.11+: Popen's own alias
+        out.append((subprocess, attr, _wrap_fork_exec, "subprocess.Popen"))
     return out
 
 
