@@ -78,6 +78,8 @@ CASES = {
     "posix_spawn_nul_in_str_path": (["/bin/tr\0ue"], {"close_fds": False}),
     "posix_spawn_nul_in_bytes_path": ([b"/bin/tr\0ue"], {"close_fds": False}),
     "posix_spawn_stdin_2_40": (["/bin/true"], {"close_fds": False, "stdin": 2**40}),
+    "posix_spawn_fd_past_the_limit": (["/bin/true"], {"close_fds": False, "stdout": 2**31 - 1}),
+    "posix_spawn_closed_fd": (["/bin/true"], {"close_fds": False, "stdout": 4000}),
     "posix_spawn_nul_arg_and_huge_fd": (["/bin/true", "a\0"],
                                         {"close_fds": False, "stdin": 2**31}),
     "fork_exec_env_empty_name": (["/bin/true"], {"env": {"": "1"}, "cwd": "/"}),

@@ -9,6 +9,7 @@ Which messages a version uses is the version table's (``_cpython``).
 """
 from __future__ import annotations
 
+import errno
 import operator
 import os
 from typing import Any
@@ -108,6 +109,11 @@ def posix_spawn_args(path: Any, argv: Any, env: Any, fds: tuple[int, ...],
     if not first:
         raise ValueError("posix_spawn: argv first element cannot be empty")
     env_list = None if env is None else _engine.env_list(env)
+    # Each file action is parsed (PyArg_ParseTuple "i") then added; glibc's
+    # posix_spawn_file_actions_add*() refuses an fd outside [0, the fd
+    # limit) with EBADF there, before any child: an OSError with no filename.
+    limit = os.sysconf("SC_OPEN_MAX")
     for fd in fds:
-        _cpython.c_int(fd, "format_i")  # file actions: PyArg_ParseTuple "i"
+        if not 0 <= _cpython.c_int(fd, "format_i") < limit:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
     return env_list
