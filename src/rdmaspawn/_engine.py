@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 try:
     from ._rdmaspawn_cffi import ffi, lib
@@ -96,18 +96,26 @@ def _fsencode(value: object) -> bytes:
     return data
 
 
-def _blob(items: Iterable[object]) -> tuple[bytes, int]:
+def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     """Strings as one blob of NUL-terminated strings, and their count.
 
     Converted as CPython's PyUnicode_FSConverter does; a NUL inside a string
     is found by counting the blob's NULs: one check instead of one per item.
+    When something is wrong, the items are converted again one by one, so
+    that the first bad one raises, as CPython's item-by-item conversion does.
     """
-    encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
-               for item in items]
-    blob = b"\0".join(encoded)
-    if blob.count(0) != max(len(encoded) - 1, 0):
-        raise ValueError("embedded null byte")
-    return blob + b"\0", len(encoded)
+    try:
+        encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
+                   for item in items]
+    except (TypeError, ValueError):
+        encoded = None
+    if encoded is not None:
+        blob = b"\0".join(encoded)
+        if blob.count(0) == max(len(encoded) - 1, 0):
+            return blob + b"\0", len(encoded)
+    for item in items:
+        _fsencode(item)
+    raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
