@@ -120,6 +120,10 @@ class Popen(subprocess.Popen):  # type: ignore[type-arg]
     ``preexec_fn`` needs fork(): it is refused with
     :class:`rdmaspawn.PreexecFnError` when the process holds MADV_DONTFORK
     memory, and runs as in CPython (a fork) when it holds none.
+
+    A KeyboardInterrupt that arrives while it starts the child is raised
+    once the child has started; as the caller then never gets the Popen, its
+    child is killed and reaped and its pipes closed (see ``interrupts``).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
