@@ -277,7 +277,7 @@ def rdmaspawn_version() -> str:
         from importlib.metadata import version
 
         return version("rdmaspawn")
-    except Exception:  # not installed, or no metadata
+    except Exception:  # noqa: BLE001 - not installed, or no metadata
         return "unknown"
 
 
@@ -329,7 +329,7 @@ def make_spawners(built: Built) -> list[Spawner]:
         _check_status("subprocess.Popen", subprocess.Popen(argv).wait())
 
     def subprocess_fork() -> None:
-        _check_status("subprocess.Popen(preexec_fn)", subprocess.Popen(argv, preexec_fn=_preexec_noop).wait())
+        _check_status("subprocess.Popen(preexec_fn)", subprocess.Popen(argv, preexec_fn=_preexec_noop).wait())  # noqa: PLW1509
 
     def posix_spawn() -> None:
         pid = os.posix_spawn(path, argv, os.environ)
@@ -394,7 +394,7 @@ def run_batch_inprocess(
                 call()
                 mine.append(clock() - t0)
             spans.append((first, clock()))
-        except BaseException as e:  # re-raised by the main thread
+        except BaseException as e:  # noqa: BLE001 - re-raised by the main thread
             errors.append(e)
 
     workers = [threading.Thread(target=work, args=(i, lats[i]), daemon=True) for i in range(threads)]
@@ -509,7 +509,7 @@ def measure_config(
         try:
             b = one_batch(s, 1)
             t.est_s = max(max(b.lat_ns) / 1e9, 1e-6)
-        except Exception as e:  # a failing spawner is reported, not fatal
+        except Exception as e:  # noqa: BLE001 - a failing spawner is reported, not fatal
             t.error, t.done = f"{type(e).__name__}: {e}", True
 
     rnd = 0
@@ -540,7 +540,7 @@ def measure_config(
             t0 = time.perf_counter()
             try:
                 b = one_batch(s, per_thread)
-            except Exception as e:  # a failing spawner is reported, not fatal
+            except Exception as e:  # noqa: BLE001 - a failing spawner is reported, not fatal
                 t.error, t.done = f"{type(e).__name__}: {e}", True
                 continue
             t.spent_s += time.perf_counter() - t0
