@@ -44,7 +44,8 @@ import functools
 import os
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable
 
 from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
@@ -67,7 +68,7 @@ class ForkHazardWarning(RuntimeWarning):
 
     def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
         super().__init__(message)
-        self.mappings: List[Mapping] = list(mappings)
+        self.mappings: list[Mapping] = list(mappings)
 
 
 class ForkHazardError(RuntimeError):
@@ -75,14 +76,14 @@ class ForkHazardError(RuntimeError):
 
     def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
         super().__init__(message)
-        self.mappings: List[Mapping] = list(mappings)
+        self.mappings: list[Mapping] = list(mappings)
 
 
 _lock = threading.RLock()
-_mode: Optional[str] = None
+_mode: str | None = None
 # Our wrappers that act (the others pass through), and the one per attribute.
-_active: Set[Callable[..., Any]] = set()
-_installed: Dict[Tuple[str, str], Callable[..., Any]] = {}
+_active: set[Callable[..., Any]] = set()
+_installed: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def _check(what: str) -> None:
@@ -97,12 +98,11 @@ def _check(what: str) -> None:
         return  # /proc unreadable: never block a spawn on a failed look
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
-        shown += "; and %d more" % (len(maps) - 5)
+        shown += f"; and {len(maps) - 5} more"
     msg = (
-        "%s would fork() a process that holds MADV_DONTFORK memory (%s): the child does not "
+        f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
         "get those pages and may die with SIGSEGV before exec. Use rdmaspawn.Popen or "
         "rdmaspawn.patch() without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
-        % (what, shown)
     )
     if mode == "raise":
         raise ForkHazardError(msg, maps)
@@ -110,7 +110,7 @@ def _check(what: str) -> None:
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4)
 
 
-def _fork_exec_forks(args: Tuple[Any, ...], preexec_only: bool) -> bool:
+def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
     """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
     try:
         call = _cpython.unpack_fork_exec(args)
@@ -151,14 +151,14 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
     return guarded_fork_exec
 
 
-_Target = Tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
+_Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
 
 
-def _targets() -> List[_Target]:
+def _targets() -> list[_Target]:
     import _posixsubprocess
     import subprocess
 
-    out: List[_Target] = [
+    out: list[_Target] = [
         (os, "fork", _wrap_fork, "os.fork()"),
         (os, "forkpty", _wrap_fork, "os.forkpty()"),
         (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
@@ -180,7 +180,7 @@ def guard(action: str = "warn") -> None:
     """
     global _mode
     if action not in ("warn", "raise"):
-        raise ValueError("action must be 'warn' or 'raise', not %r" % (action,))
+        raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
         for module, attr, wrap, what in _targets():
             current = getattr(module, attr, None)
@@ -220,7 +220,7 @@ def unguard() -> None:
             # their chain as a pass-through.
 
 
-def is_guarded() -> Optional[str]:
+def is_guarded() -> str | None:
     """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
     return _mode
 
