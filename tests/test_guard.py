@@ -204,3 +204,12 @@ def test_foreign_wrapper_keeps_working_after_unguard() -> None:
         out["spliced"] = theirs.__wrapped__ is native
     """)
     assert out == {"top": True, "spliced": True}
+
+
+def test_guarded_and_is_guarded_are_exported_lazily() -> None:
+    """rdmaspawn.guarded/is_guarded are the tool's own, loaded on first use."""
+    import rdmaspawn
+    from rdmaspawn.tools import guard as G
+
+    assert rdmaspawn.guarded is G.guarded and rdmaspawn.is_guarded is G.is_guarded
+    assert {"guarded", "is_guarded"} <= set(rdmaspawn.__all__)
