@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable, NamedTuple
 
 __all__ = [
+    "POSIX_SPAWN_PATH_NUL",
     "ForkExecCall",
     "Internals",
     "UnsupportedPython",
@@ -112,7 +113,8 @@ class Internals(NamedTuple):
     posix_spawn_str_nul: str
 
 
-_PATH_NUL = "posix_spawn: embedded null character in path"
+#: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
+POSIX_SPAWN_PATH_NUL = "posix_spawn: embedded null character in path"
 _V39 = Internals(
     params=_PARAMS_21, caller=_CALLER_21, home=("_posixsubprocess", "fork_exec"),
     chdir_tag=b"noexec", int_parser="format_i", too_many_groups="too many groups",
@@ -122,13 +124,13 @@ _V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, home=("subprocess", 
                       can_vfork=True)
 _V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
                        too_many_groups="too many extra_groups", posix_spawn_environ=False,
-                       posix_spawn_str_nul=_PATH_NUL)
+                       posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL)
 
 #: Keyed by sys.version_info[:2]. 3.9-3.13 read from each version's sources
 #: and checked by running them. 3.14 is taken to be 3.13's (23 arguments,
-#: "noexec:chdir", clinic parsers; its Modules/_posixsubprocess.c has the same
-#: clinic signature) but has not run here: require() checks its call at run
-#: time and refuses it if the arguments differ.
+#: "noexec:chdir", clinic parsers: CPython's main-branch
+#: Modules/_posixsubprocess.c has 3.13's clinic signature) but has not run
+#: here: require() checks its call at run time and refuses it if it differs.
 TABLE: dict[tuple[int, int], Internals] = {
     (3, 9): _V39,
     (3, 10): _V39._replace(can_vfork=True),

@@ -27,7 +27,6 @@ __all__ = [
 # CPython's MAX_GROUPS: NGROUPS_MAX of <limits.h> (Linux: 65536).
 _MAX_GROUPS = 65536
 _UID_T_MAX = 0xFFFFFFFF
-_PATH_NUL = "posix_spawn: embedded null character in path"
 _LONG_MAX = 0x7FFFFFFFFFFFFFFF
 
 
@@ -99,7 +98,7 @@ def posix_spawn_args(path: Any, argv: Any, env: Any, fds: tuple[int, ...],
     """os.posix_spawn's checks of its path, argv, env and file-action fds, in
     its order; returns the environment as ``KEY=VALUE`` bytes (None: inherit)."""
     if b"\0" in (path if isinstance(path, bytes) else os.fsencode(path)):
-        raise ValueError(str_nul if isinstance(path, str) else _PATH_NUL)
+        raise ValueError(str_nul if isinstance(path, str) else _cpython.POSIX_SPAWN_PATH_NUL)
     if not isinstance(argv, (list, tuple)):
         raise TypeError("posix_spawn: argv must be a tuple or list")
     if not argv:
