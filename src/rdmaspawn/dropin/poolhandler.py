@@ -38,11 +38,13 @@ def _fail_waiting(cache: Any, exc: BaseException) -> None:
 
     result: Any
     for job, result in list(cache.items()):
+        kind = MapResult if isinstance(result, MapResult) else (
+            ApplyResult if isinstance(result, ApplyResult) else None)
         try:
-            if isinstance(result, MapResult):
+            if kind is MapResult:
                 while job in cache:  # one failure per chunk still outstanding
                     result._set(0, (False, exc))
-            elif isinstance(result, ApplyResult):
+            elif kind is ApplyResult:
                 result._set(0, (False, exc))
             else:  # IMapIterator, IMapUnorderedIterator: the consumer's next() raises
                 result._set(result._index, (False, exc))
