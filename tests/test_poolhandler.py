@@ -1,7 +1,9 @@
 """A Pool whose worker handler cannot start a replacement fails its waiting results, never hangs.
 
 The pool is made (fork, the default) before the process takes DONTFORK memory;
-maxtasksperchild=1 makes its handler thread fork replacements afterwards.
+maxtasksperchild=1 makes its handler thread fork replacements afterwards, while
+map() waits (chunksize=1: with no worker alive, map's own chunksize arithmetic
+divides by zero).
 guard("raise") refuses those forks. Without rdmaspawn.dropin.poolhandler the
 handler thread dies and map() waits forever (the control, bounded by a
 timeout); with it, map() raises ForkHazardError and the pool is closed.
@@ -28,12 +30,13 @@ _SCRIPT = textwrap.dedent("""\
             from rdmaspawn.dropin.poolhandler import install
             install()
         rdmaspawn.guard("raise")
+        # Both workers are forked here, before the hazard; each exits after one task.
         with multiprocessing.Pool(2, maxtasksperchild=1) as pool:
-            pool.map(square, range(2))
             plant("auto")
             for what in ("map", "apply_async"):
                 try:
-                    print(what, "returned", pool.map(square, range(8)) if what == "map"
+                    print(what, "returned", pool.map(square, range(8), chunksize=1)
+                          if what == "map"
                           else pool.apply_async(square, (3,)).get(60), flush=True)
                 except Exception as exc:
                     print(what, "raised", type(exc).__name__, flush=True)
