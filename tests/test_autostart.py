@@ -115,7 +115,7 @@ def test_items_apply_one_by_one() -> None:
 def test_multiprocessing_is_adjusted_when_imported_not_before() -> None:
     """Start-up does not import multiprocessing; its first import gets the default and Pool fix."""
     r = python("-c", "import sys; before = 'multiprocessing' in sys.modules; "
-               "import multiprocessing.pool as p; "
+               "import multiprocessing, multiprocessing.pool as p; "
                "print(before, multiprocessing.get_start_method(), "
                "p.Pool.__init__.__rdmaspawn_poolhandler__)", value="on")
     assert (r.returncode, r.stdout, r.stderr) == (0, "False forkserver True\n", "")
