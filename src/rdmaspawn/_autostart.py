@@ -47,15 +47,25 @@ def apply(settings: Settings) -> list[str]:
 
         guard(settings.guard)
         # A refused fork in a Pool's worker handler fails the job, not hangs it.
-        when_imported("multiprocessing.pool", lambda _: install())
+        when_imported("multiprocessing.pool", lambda _: _safely(install, "Pool's worker handler"))
         done.append(f"guard({settings.guard!r})")
     if settings.start_method is not None:
         from .dropin.startmethod import prefer_start_method
 
         method = settings.start_method
-        when_imported("multiprocessing.context", lambda _: _prefer(prefer_start_method, method))
+        when_imported("multiprocessing.context",
+                      lambda _: _safely(lambda: _prefer(prefer_start_method, method),
+                                        "the default start method"))
         done.append(f"multiprocessing's default start method is {method}")
     return done
+
+
+def _safely(fn: Callable[[], None], what: str) -> None:
+    """Run a deferred step inside the user's ``import multiprocessing``: never break it."""
+    try:
+        fn()
+    except Exception as exc:
+        _say(f"{VARIABLE}: could not adjust {what}: {type(exc).__name__}: {exc}")
 
 
 def _prefer(prefer: Callable[[str], bool], method: str) -> None:
