@@ -25,6 +25,7 @@ from .. import _cpython, _wrapping
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
 from . import spawnv as _spawnv
+from . import startmethod as _startmethod
 
 __all__ = ["patch", "unpatch", "patched", "is_patched"]
 
@@ -38,12 +39,17 @@ def _swap(done: list[tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) 
     setattr(obj, name, new)
 
 
-def patch() -> None:
+def patch(start_method: str | None = None) -> None:
     """Make every child this process's standard library starts fork-safe.
 
-    Idempotent and thread-safe; undone by :func:`unpatch`.
+    ``start_method="forkserver"`` (or ``"spawn"``) also makes it
+    multiprocessing's default start method unless the program already chose
+    one (see :mod:`rdmaspawn.dropin.startmethod`). Idempotent and thread-safe;
+    undone by :func:`unpatch`.
     """
     global _applied
+    if start_method is not None:
+        _startmethod.prefer_start_method(start_method)
     with _lock:
         if _applied is not None:
             return
@@ -64,6 +70,7 @@ def patch() -> None:
 def unpatch() -> None:
     """Undo :func:`patch`; harmless when not patched."""
     global _applied
+    _startmethod.restore_start_method()
     with _lock:
         if _applied is None:
             return
