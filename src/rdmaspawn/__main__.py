@@ -1,4 +1,4 @@
-"""``python -m rdmaspawn {doctor,demo,bench}`` and the ``rdmaspawn`` console script."""
+"""``python -m rdmaspawn {doctor,demo,bench,run}`` and the ``rdmaspawn`` console script."""
 
 from __future__ import annotations
 
@@ -17,11 +17,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("doctor", add_help=False,
-                   help="check whether a process can safely fork() (--pid PID, --json)")
+                   help="check whether a process can safely fork() (--pid PID | --all, --json)")
     sub.add_parser("demo", add_help=False,
                    help="show a fork()ed child crash where rdmaspawn's child runs")
     sub.add_parser("bench", add_help=False,
                    help="measure spawn latency (arguments go to the benchmark)")
+    sub.add_parser("run", add_help=False,
+                   help="run a command with rdmaspawn in force in all its Python processes "
+                        "(rdmaspawn run [options] -- CMD ARGS...)")
     return parser
 
 
@@ -38,9 +41,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return demo_main(args[1:])
     if args and args[0] == "bench":
-        from .bench.spawn_latency import main as bench_main
+        from .bench.cli import main as bench_main
 
         return int(bench_main(args[1:]) or 0)
+    if args and args[0] == "run":
+        from .tools.run import main as run_main
+
+        return run_main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
     if ns.command is None:
