@@ -15,7 +15,7 @@
 /* Which step of a spawn failed; the child reports it with the errno. */
 enum rs_step {
     RS_STEP_NONE = 0,
-    RS_STEP_STACK = 1,      /* parent: mapping the child's stack */
+    RS_STEP_STACK = 1,      /* unused: a stack that cannot be mapped falls back (spawn.c) */
     RS_STEP_CLONE = 2,      /* parent: clone3() / clone() */
     RS_STEP_KEEP_FDS = 3,   /* child: making pass_fds inheritable */
     RS_STEP_DUP = 4,        /* child: moving a low fd out of the way */
@@ -89,12 +89,22 @@ struct rs_result {
     int err;                    /* errno of the failure, 0 on success */
     int step;                   /* enum rs_step of the failure */
     int clone_method;           /* enum rs_clone_method */
+    int exec_index;             /* RS_STEP_EXEC: the exec_list entry its errno is about */
 };
+
+/*
+ * The process's environment (glibc's). rs_request.envp == NULL hands it to
+ * the child as it is, which is only safe if no thread can setenv() or
+ * unsetenv() until rs_spawn() returns (they reallocate and free the array).
+ * The Python binding never does that: it copies environ while holding the
+ * GIL (cffi reads a global without releasing it) and passes the copy.
+ */
+extern char **environ;
 
 /* Start a child. Returns 0 on success, else the errno (also in res->err). */
 int rs_spawn(const struct rs_request *req, struct rs_result *res);
 
-/* A short name for a step: "dup2", "chdir", "exec", ... */
+/* A short name for a step: "dup2", "chdir", "execve", ... */
 const char *rs_step_name(int step);
 
 /* Fill out[0..n-1] with pointers to the n NUL-terminated strings that lie

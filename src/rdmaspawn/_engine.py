@@ -27,12 +27,14 @@ __all__ = [
     "fork_status",
 ]
 
-CLOSE_FDS = lib.RS_F_CLOSE_FDS
-RESTORE_SIGNALS = lib.RS_F_RESTORE_SIGNALS
-SETSID = lib.RS_F_SETSID
-WANT_PIDFD = lib.RS_F_WANT_PIDFD
-REAP_ON_FAILURE = lib.RS_F_REAP_ON_FAILURE
-FORCE_CLONE = lib.RS_F_FORCE_CLONE
+# The flags of spawn_flat(), for its callers (the C enum rs_flags is their
+# one definition).
+CLOSE_FDS: int = lib.RS_F_CLOSE_FDS
+RESTORE_SIGNALS: int = lib.RS_F_RESTORE_SIGNALS
+SETSID: int = lib.RS_F_SETSID
+WANT_PIDFD: int = lib.RS_F_WANT_PIDFD
+REAP_ON_FAILURE: int = lib.RS_F_REAP_ON_FAILURE
+FORCE_CLONE: int = lib.RS_F_FORCE_CLONE
 
 _CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
                   "loop": lib.RS_CLOSE_LOOP}
@@ -108,6 +110,28 @@ def _blob(items: Iterable[object]) -> tuple[bytes, int]:
     if blob.count(0) != max(len(encoded) - 1, 0):
         raise ValueError("embedded null byte")
     return blob + b"\0", len(encoded)
+
+
+def _environ_blob() -> tuple[bytes, int]:
+    """A private copy of the C environment, as a blob and its count.
+
+    The child must see what a CPython child sees with ``env=None``: the C
+    ``environ`` (which os.putenv() changes without os.environ). But the
+    spawn runs with the GIL released, while another thread's os.environ
+    update (setenv/unsetenv) may reallocate and free that array: handing it
+    to the child gave EFAULT or heap bytes as environment. Python code can
+    only change it with the GIL held, and reading a cffi global and indexing
+    it never releases the GIL, so this copy is consistent.
+    """
+    env = lib.environ
+    if env == ffi.NULL:  # after clearenv()
+        return b"\0", 0
+    entries = []
+    i = 0
+    while env[i] != ffi.NULL:
+        entries.append(ffi.string(env[i]))
+        i += 1
+    return b"\0".join(entries) + b"\0", len(entries)
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -195,7 +219,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
     caller (CPython's ``_execute_child``) hands it exactly that."""
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
-    env_blob, nenv = _blob(env) if env is not None else (ffi.NULL, -1)
+    env_blob, nenv = _blob(env) if env is not None else _environ_blob()
     fds = list(pass_fds)
     closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
     gids = [_id(g, "group") for g in groups] if groups is not None else []
@@ -220,7 +244,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
         if res.step == lib.RS_STEP_CHDIR:
             filename = cwd
         elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
-            filename = argv[0] if len(argv) else exec_list[0]
+            filename = exec_list[res.exec_index]  # the path whose error this is
         raise SpawnError(res.err, step, filename, pid)
     return res.pid, res.pidfd
 
