@@ -126,12 +126,15 @@ def _environ_blob() -> tuple[bytes, int]:
     env = lib.environ
     if env == ffi.NULL:  # after clearenv()
         return b"\0", 0
-    entries = []
+    entries: list[bytes] = []
+    append, string = entries.append, ffi.string   # the hot loop, as locals
     i = 0
-    while env[i] != ffi.NULL:
-        entries.append(ffi.string(env[i]))
+    entry = env[0]
+    while entry:  # a NULL pointer is false
+        append(string(entry))
         i += 1
-    return b"\0".join(entries) + b"\0", len(entries)
+        entry = env[i]
+    return b"\0".join(entries) + b"\0", i
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
