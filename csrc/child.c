@@ -8,7 +8,8 @@
  *    TLS, which the child shares. glibc's setuid()/setgid()/setgroups() are
  *    worse: to keep POSIX per-process credentials they signal every thread on
  *    the process's thread list (SIGSETXID), which here is the parent's.
- *  - Write nothing the parent owns except the report (c->report, c->shared).
+ *  - Write nothing the parent owns except c->entered and the report
+ *    (c->report, c->shared).
  *  - Signals arrive blocked (the parent blocked all of them, glibc's internal
  *    ones too). Handled signals go back to SIG_DFL before the parent's mask is
  *    restored, so no handler of the parent ever runs on this stack. The
@@ -199,6 +200,7 @@ int rs_child_main(void *arg)
     const struct rs_request *r = c->req;
     long rc;
 
+    c->entered = 1;
     if (!c->handlers_cleared)
         reset_handled_signals();
     /* Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored

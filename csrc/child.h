@@ -37,7 +37,11 @@ struct rs_child {
      * emulated by a fork (valgrind), report does not (see spawn.c). */
     struct rs_report report;
     struct rs_report *shared;
-    uint64_t spawn_id;          /* unique in this process */
+    uint64_t spawn_id;          /* our pid and a count: unique to this spawn */
+    /* Set by the child first thing, in our memory: seen by the parent only
+     * where CLONE_VM really shares it, and then report is all there is (the
+     * shared page is shared with our fork()ed children too). */
+    int entered;
 };
 
 #ifdef RS_MEASURE_STACK

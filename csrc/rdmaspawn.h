@@ -53,7 +53,7 @@ enum rs_clone_method {
  */
 struct rs_request {
     char *const *argv;          /* NULL-terminated */
-    char *const *envp;          /* NULL-terminated; NULL: the parent's environ */
+    char *const *envp;          /* NULL-terminated; NULL: environ itself (see below) */
     char *const *exec_list;     /* candidate executables, tried in order */
     const char *cwd;            /* NULL: stay */
     const int *keep_fds;        /* ascending; made inheritable, never closed */

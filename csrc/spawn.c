@@ -252,7 +252,7 @@ static __attribute__((noinline)) long run_on_callers_stack(struct rs_child *c,
 #define RS_REPORT_SLOTS 128     /* 4096 / sizeof(struct rs_report), rounded down to 64s */
 static struct rs_report *report_page;
 static uint64_t slot_taken[RS_REPORT_SLOTS / 64];
-static uint64_t spawn_count;
+static uint32_t spawn_count;
 
 static struct rs_report *take_report_slot(void)
 {
@@ -293,19 +293,23 @@ static void give_report_slot(struct rs_report *slot)
 
 #ifdef RS_MEASURE_STACK
 size_t rs_child_stack_used;
+#endif
 
-static long measured_start(struct rs_child *c, char *stack, int *pidfd, int *method)
+static long run_on_mapped_stack(struct rs_child *c, char *stack, int *pidfd, int *method)
 {
+#ifdef RS_MEASURE_STACK
     size_t untouched = 0;
     memset(stack, 0xa5, RS_CHILD_STACK_SIZE);
+#endif
     long pid = start_child(c, stack, RS_CHILD_STACK_SIZE, pidfd, method);
+#ifdef RS_MEASURE_STACK
     while (untouched < RS_CHILD_STACK_SIZE && (unsigned char)stack[untouched] == 0xa5)
         untouched++;
     rs_child_stack_used = RS_CHILD_STACK_SIZE - untouched;
+#endif
+    forget_child_frames(stack, RS_CHILD_STACK_SIZE);
     return pid;
 }
-#  define start_child(c, stack, size, pidfd, method) measured_start(c, stack, pidfd, method)
-#endif
 
 int rs_spawn(const struct rs_request *req, struct rs_result *res)
 {
@@ -325,7 +329,8 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
     c.req = req;
     c.envp = req->envp ? req->envp : environ;
     c.shared = take_report_slot();
-    c.spawn_id = __atomic_add_fetch(&spawn_count, 1, __ATOMIC_RELAXED);
+    c.spawn_id = (uint64_t)getpid() << 32 |
+                 (uint32_t)__atomic_add_fetch(&spawn_count, 1, __ATOMIC_RELAXED);
     char *stack = thread_stack(&owned);
 
     /* Block everything, glibc's SIGCANCEL and SIGSETXID too (hence the raw
@@ -333,21 +338,17 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
      * child before it has reset them; the child inherits this mask. */
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&c.mask,
             sizeof(uint64_t));
-    long pid;
-    if (stack) {
-        pid = start_child(&c, stack, RS_CHILD_STACK_SIZE, &pidfd, &res->clone_method);
-        forget_child_frames(stack, RS_CHILD_STACK_SIZE);
-    } else {
-        pid = run_on_callers_stack(&c, &pidfd, &res->clone_method);
-    }
+    long pid = stack ? run_on_mapped_stack(&c, stack, &pidfd, &res->clone_method)
+                     : run_on_callers_stack(&c, &pidfd, &res->clone_method);
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c.mask, 0,
             sizeof(uint64_t));
     if (owned)
         munmap(stack - sysconf(_SC_PAGESIZE), RS_CHILD_STACK_SIZE + sysconf(_SC_PAGESIZE));
     /* The child ran in a copy of our memory: only the shared slot has its
-     * report. The id tells a report of this spawn from an older one that a
-     * child which did not make its parent wait (qemu-user) wrote late. */
-    if (pid > 0 && !c.report.err && c.shared && c.shared->spawn_id == c.spawn_id)
+     * report. The id tells a report of this spawn from one that a child
+     * which did not make its parent wait (qemu-user) wrote late, or that a
+     * fork()ed copy of this process (sharing the page) wrote. */
+    if (pid > 0 && !c.entered && c.shared && c.shared->spawn_id == c.spawn_id)
         c.report = *c.shared;
     give_report_slot(c.shared);
 

@@ -173,6 +173,39 @@ def test_first_spawn_starts_no_other_child():
     assert foreign == []
 
 
+_FORKED_COPY = """
+import os
+from rdmaspawn import _engine
+def fail():
+    try:
+        _engine.spawn([b"x"], [b"/nonexistent/x"])
+    except OSError:
+        pass
+fail()                      # the engine's pages are mapped before the fork
+pid = os.fork()
+if pid == 0:
+    for _ in range(400):
+        fail()
+    os._exit(0)
+wrong = 0
+for _ in range(400):
+    try:
+        os.waitpid(_engine.spawn([b"true"], [b"/bin/true"])[0], 0)
+    except OSError:
+        wrong += 1
+os.waitpid(pid, 0)
+print(wrong)
+"""
+
+
+def test_forked_copy_reports_stay_apart():
+    """A fork()ed copy of the process inherits the engine's MAP_SHARED report
+    page; its failing spawns never show up as failures of ours."""
+    result = _run_python(_FORKED_COPY)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0"]
+
+
 _PRESSURE = """
 import ctypes, json, mmap, os, resource, threading
 from rdmaspawn import _engine
