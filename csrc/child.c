@@ -209,7 +209,12 @@ int rs_child_main(void *arg)
         set_default(SIGPIPE);
         set_default(SIGXFSZ);
     }
-    rc = rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c->mask, 0,
+    const struct rs_setup *setup = r->setup;
+    int step;
+    if (setup && (rc = rs_setup_signals(setup, &step)) < 0)
+        return fail(c, step, rc);
+    rc = rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK,
+                 (long)(setup ? rs_setup_mask(setup, &c->mask) : &c->mask), 0,
                  sizeof(uint64_t));
     if (rc < 0)
         return fail(c, RS_STEP_SIGNALS, rc);
@@ -249,6 +254,8 @@ int rs_child_main(void *arg)
         return fail(c, RS_STEP_SETSID, rc);
     if (r->pgid >= 0 && (rc = rs_sys2(SYS_setpgid, 0, r->pgid)) < 0)
         return fail(c, RS_STEP_SETPGID, rc);
+    if (setup && (rc = rs_setup_early(setup, c->in_cgroup, &step)) < 0)
+        return fail(c, step, rc);
     if (r->set_groups &&
         (rc = rs_sys2(SYS_setgroups, r->n_groups, (long)r->groups)) < 0)
         return fail(c, RS_STEP_SETGROUPS, rc);
@@ -262,6 +269,8 @@ int rs_child_main(void *arg)
     if (r->set_uid &&
         (rc = rs_sys2(SYS_setreuid, r->uid, r->uid)) < 0)
         return fail(c, RS_STEP_SETUID, rc);
+    if (setup && (rc = rs_setup_late(setup, &step)) < 0)
+        return fail(c, step, rc);
 
     if (r->close_fds)
         close_inherited(r);

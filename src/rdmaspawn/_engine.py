@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 try:
     from ._rdmaspawn_cffi import ffi, lib
@@ -17,6 +18,9 @@ except ImportError as _exc:  # pragma: no cover - a source tree without its buil
         f"rdmaspawn's C core is not built in {os.path.dirname(os.path.abspath(__file__))}: "
         "install the package (pip install .) or build it in place (pip install -e .)"
     ) from _exc
+
+from . import _setup_pack
+from ._setup import ChildSetup
 
 __all__ = [
     "SpawnError",
@@ -55,10 +59,10 @@ class SpawnError(OSError):
 
     errno: int
     step: str
-    pid: Optional[int]
+    pid: int | None
 
     def __init__(self, err: int, step: str, filename: object = None,
-                 pid: Optional[int] = None) -> None:
+                 pid: int | None = None) -> None:
         if filename is None:
             super().__init__(err, os.strerror(err))
         else:
@@ -83,7 +87,7 @@ class ForkStatus(NamedTuple):
     """
 
     state: str
-    library: Optional[str]
+    library: str | None
 
 
 def _fsencode(value: object) -> bytes:
@@ -167,7 +171,7 @@ def _id(value: object, what: str) -> int:
 def spawn(
     argv: Sequence[object],
     exec_list: Sequence[object],
-    env: Optional[Sequence[object]] = None,
+    env: Sequence[object] | None = None,
     cwd: object = None,
     stdin: int = -1,
     stdout: int = -1,
@@ -179,14 +183,15 @@ def spawn(
     restore_signals: bool = True,
     setsid: bool = False,
     pgid: int = -1,
-    gid: Optional[int] = None,
-    groups: Optional[Sequence[int]] = None,
-    uid: Optional[int] = None,
+    gid: int | None = None,
+    groups: Sequence[int] | None = None,
+    uid: int | None = None,
     want_pidfd: bool = False,
     reap_on_failure: bool = True,
     fail_status: int = 255,
     close_method: str = "auto",
     force_clone: bool = False,
+    setup: ChildSetup | None = None,
 ) -> tuple[int, int]:
     """Start a child and return ``(pid, pidfd)``; pidfd is -1 unless asked for.
 
@@ -196,6 +201,8 @@ def spawn(
     the failed step) when the child could not be started or failed before
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
+    ``setup`` is the child's declarative setup (rlimits, death signal, ...:
+    see :mod:`rdmaspawn.preexec`).
     """
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
@@ -207,19 +214,25 @@ def spawn(
              | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
     return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child,
                       fds, flags, _CLOSE_METHODS[close_method], umask, pgid, groups,
-                      gid, uid, fail_status)
+                      gid, uid, fail_status, setup)
 
 
 def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
-               env: Optional[Sequence[object]], cwd: object, stdin: int, stdout: int,
+               env: Sequence[object] | None, cwd: object, stdin: int, stdout: int,
                stderr: int, close_in_child: Sequence[int], pass_fds: Sequence[int],
-               flags: int, close_method: int, umask: int, pgid: Optional[int],
-               groups: Optional[Sequence[int]], gid: Optional[int], uid: Optional[int],
-               fail_status: int) -> tuple[int, int]:
+               flags: int, close_method: int, umask: int, pgid: int | None,
+               groups: Sequence[int] | None, gid: int | None, uid: int | None,
+               fail_status: int, setup: ChildSetup | None = None,
+               _setup_ptr: Any = None) -> tuple[int, int]:
     """:func:`spawn` with positional arguments, the flags already combined
     (``CLOSE_FDS | RESTORE_SIGNALS | ...``) and ``pass_fds`` already checked:
     ascending, unique, non-negative ints. The hot path of ``fork_exec``, whose
     caller (CPython's ``_execute_child``) hands it exactly that."""
+    if setup is not None:
+        return _setup_pack.spawn_with(
+            setup, _spawn_flat, argv, exec_list, env, cwd, stdin, stdout, stderr,
+            close_in_child, pass_fds, flags, close_method, umask, pgid, groups, gid, uid,
+            fail_status)
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
     env_blob, nenv = _blob(env) if env is not None else _environ_blob()
@@ -239,7 +252,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
         gids or ffi.NULL, len(gids) if groups is not None else -1,
         _id(gid, "gid") if gid is not None else -1,
         _id(uid, "uid") if uid is not None else -1,
-        fail_status, res)
+        fail_status, res, ffi.NULL if _setup_ptr is None else _setup_ptr)
     if res.err:
         step = ffi.string(lib.rs_step_name(res.step)).decode()
         pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
@@ -252,7 +265,10 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
     return res.pid, res.pidfd
 
 
-def _status(call: str) -> tuple[int, Optional[str], int]:
+_spawn_flat = spawn_flat  # the setup path's way back in, whatever replaces the name
+
+
+def _status(call: str) -> tuple[int, str | None, int]:
     path = ffi.new("char[]", 4096)
     err = ffi.new("int *")
     if call == "init":

@@ -24,6 +24,28 @@ class RsResult(CData):
     clone_method: int
     exec_index: int
 
+class RsSetup(CData):
+    """``struct rs_setup *`` (the declarative setup)."""
+
+    cgroup_fd: int
+    cgroup_procs_fd: int
+    ctty_fd: int
+    rlimits: CData
+    n_rlimits: int
+    set_nice: int
+    nice: int
+    set_ioprio: int
+    ioprio: int
+    cpu_mask: CData
+    cpu_mask_bytes: int
+    ignore_signals: int
+    default_signals: int
+    set_signal_mask: int
+    signal_mask: int
+    no_new_privs: int
+    pdeathsig: int
+    parent_pid: int
+
 # A pointer argument: bytes and lists are passed as pointers to a copy.
 _Bytes = bytes | CData
 _Ints = list[int] | CData
@@ -35,7 +57,13 @@ class FFI:
     @overload
     def new(self, cdecl: Literal["int *"]) -> IntPtr: ...
     @overload
+    def new(self, cdecl: Literal["struct rs_setup *"]) -> RsSetup: ...
+    @overload
     def new(self, cdecl: Literal["char[]"], init: int) -> CData: ...
+    @overload
+    def new(self, cdecl: Literal["struct rs_rlimit[]"], init: list[list[int]]) -> CData: ...
+    @overload
+    def new(self, cdecl: Literal["unsigned long long[]"], init: list[int]) -> CData: ...
     def string(self, cdata: CData, maxlen: int = ...) -> bytes: ...
 
 class Lib:
@@ -56,6 +84,15 @@ class Lib:
     RS_STEP_CLOSE_FDS: int
     RS_STEP_EXEC: int
     RS_STEP_PREPARE: int
+    RS_STEP_SIGACTION: int
+    RS_STEP_CGROUP: int
+    RS_STEP_CTTY: int
+    RS_STEP_RLIMIT: int
+    RS_STEP_NICE: int
+    RS_STEP_IOPRIO: int
+    RS_STEP_AFFINITY: int
+    RS_STEP_NO_NEW_PRIVS: int
+    RS_STEP_PDEATHSIG: int
     # enum rs_close_method
     RS_CLOSE_AUTO: int
     RS_CLOSE_PROC: int
@@ -92,6 +129,7 @@ class Lib:
         groups: _Ints, ngroups: int,
         gid: int, uid: int, fail_status: int,
         res: RsResult,
+        setup: CData,
         /,
     ) -> int: ...
     def rs_step_name(self, step: int, /) -> CData: ...

@@ -17,6 +17,8 @@ from typing import Any, Callable, Optional
 
 from .. import _engine
 from .._procfs import has_dontfork
+from .._setup_pack import ChildSetupError
+from . import childsetup as _childsetup
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
 
@@ -32,15 +34,25 @@ _CHDIR_TAG = (
     else b"noexec"
 )
 
+# What to use instead of a preexec_fn, one line each (PreexecFnError's message).
 _REPLACEMENTS = (
-    "cwd= instead of os.chdir(), umask= instead of os.umask(), "
-    "start_new_session=True instead of os.setsid()"
-    + (", process_group= instead of os.setpgid()" if _NARGS == 23 else "")
-    + ", user=/group=/extra_groups= instead of os.setuid()/os.setgid()/"
-    "os.setgroups(), pass_fds=/close_fds= for file descriptors, "
-    "restore_signals= for SIGPIPE/SIGXFSZ, env= for the environment; for "
-    "resource limits, nice or CPU affinity, run the command through "
-    "prlimit(1), nice(1) or taskset(1)"
+    ("os.chdir(path)", "cwd=path"),
+    ("os.umask(mask)", "umask=mask"),
+    ("os.setsid()", "start_new_session=True"),
+    *((("os.setpgid(0, pgid)", "process_group=pgid"),) if _NARGS == 23 else ()),
+    ("os.setuid/setgid/setgroups", "user=, group=, extra_groups="),
+    ("closing or keeping fds", "close_fds=, pass_fds="),
+    ("SIGPIPE/SIGXFSZ back to default", "restore_signals=True"),
+    ("os.environ changes", "env="),
+    ("resource.setrlimit(res, (soft, hard))", "rdmaspawn.preexec.rlimit(res, soft, hard)"),
+    ("os.nice(n)", "rdmaspawn.preexec.nice(n)"),
+    ("os.sched_setaffinity(0, cpus)", "rdmaspawn.preexec.cpu_affinity(cpus)"),
+    ("prctl(PR_SET_PDEATHSIG, sig)", "rdmaspawn.preexec.pdeathsig(sig)"),
+    ("prctl(PR_SET_NO_NEW_PRIVS)", "rdmaspawn.preexec.no_new_privs()"),
+    ("signal.signal(sig, SIG_IGN/SIG_DFL)",
+     "rdmaspawn.preexec.ignore_signals(sig) / default_signals(sig)"),
+    ("a controlling terminal (pty)", "rdmaspawn.pty_spawn(argv)"),
+    ("several of these", "rdmaspawn.preexec.chain(a, b, ...)"),
 )
 
 
@@ -49,13 +61,13 @@ class PreexecFnError(subprocess.SubprocessError, RuntimeError):
 
 
 def _refuse_preexec_fn() -> None:
+    width = max(len(old) for old, _ in _REPLACEMENTS)
+    lines = "\n".join(f"  {old:<{width}}  ->  {new}" for old, new in _REPLACEMENTS)
     raise PreexecFnError(
-        "preexec_fn needs fork(), and this process holds MADV_DONTFORK memory "
-        "(RDMA-registered buffers: see /proc/self/smaps, VmFlags 'dc'): pages "
-        "that fork() leaves out of the child can hold malloc or Python state, "
-        "and the child would crash before exec. rdmaspawn starts children "
-        "without fork(), where no Python code can run before exec. Use the "
-        "declarative arguments instead: " + _REPLACEMENTS + "."
+        "preexec_fn needs fork(), and this process holds "
+        "MADV_DONTFORK (RDMA) memory\n"
+        "A forked child misses those pages and can crash before exec.\n"
+        "Use what rdmaspawn runs without fork (docs/preexec.md):\n" + lines
     )
 
 
@@ -125,7 +137,12 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
              gid, extra_groups, uid, child_umask, preexec_fn) = args
             pgid_to_set = -1
 
+        setup = None
         if preexec_fn is not None:
+            # rdmaspawn.preexec helpers and the common stdlib values run in
+            # the CLONE_VM child without fork (childsetup's table).
+            setup = _childsetup.as_setup(preexec_fn)
+        if preexec_fn is not None and setup is None:
             if has_dontfork():
                 _refuse_preexec_fn()
             # No DONTFORK memory: fork() is safe, and only it can run Python
@@ -143,11 +160,21 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
         flags = ((close_fds and _engine.CLOSE_FDS)
                  | (restore_signals and _engine.RESTORE_SIGNALS)
                  | (call_setsid and _engine.SETSID))
+        want_pidfd = _childsetup.pidfd_requested()
+        if want_pidfd:
+            flags |= _engine.WANT_PIDFD
         try:
-            pid, _ = _engine.spawn_flat(
+            pid, pidfd = _engine.spawn_flat(
                 argv, exec_list, env_list, cwd, p2cread, c2pwrite, errwrite,
                 (p2cwrite, c2pread, errread, errpipe_read), keep, flags, _CLOSE_AUTO,
-                child_umask, pgid_to_set, extra_groups, gid, uid, 255)
+                child_umask, pgid_to_set, extra_groups, gid, uid, 255,
+                **({"setup": setup} if setup is not None else {}))
+        except ChildSetupError as err:
+            # Raised here, as a failed fork() is: the caller closes the pipes.
+            if err.pid is not None:
+                os.waitpid(err.pid, 0)
+                err.pid = None
+            raise
         except _engine.SpawnError as err:
             if err.pid is None:
                 # No child: CPython raises from the failed fork() itself.
@@ -155,6 +182,8 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
             # The caller reads the pipe and reaps the child, as with CPython.
             os.write(errpipe_write, _error_bytes(err))
             return err.pid
+        if want_pidfd:
+            _childsetup.hand_pidfd(pidfd)
         return pid
 
     fork_exec.__wrapped__ = fallback  # type: ignore[attr-defined]

@@ -19,7 +19,9 @@ import threading
 import types
 from typing import Any, Callable, Dict
 
+from . import childsetup as _childsetup
 from . import forkexec as _forkexec
+from . import pidfd as _pidfd
 from . import posixspawn as _posixspawn
 
 __all__ = [
@@ -82,7 +84,7 @@ def _rebind(func: Callable[..., Any], qualname: str) -> Callable[..., Any]:
     return new
 
 
-class Popen(subprocess.Popen):  # type: ignore[type-arg]
+class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     """``subprocess.Popen``, with every child created by rdmaspawn's engine.
 
     Takes every argument of ``subprocess.Popen`` of the running Python and
@@ -91,13 +93,30 @@ class Popen(subprocess.Popen):  # type: ignore[type-arg]
     so memory marked MADV_DONTFORK (RDMA registrations) cannot crash it.
     ``user``, ``group`` and ``extra_groups`` are applied in that child too.
 
-    ``preexec_fn`` needs fork(): it is refused with
-    :class:`rdmaspawn.PreexecFnError` when the process holds MADV_DONTFORK
-    memory, and runs as in CPython (a fork) when it holds none.
+    More keyword arguments set the child up without fork, in the CLONE_VM
+    child (see :mod:`rdmaspawn.preexec` for each): ``pdeathsig``,
+    ``rlimits={resource: (soft, hard)}``, ``nice``, ``ioprio=(class, level)``,
+    ``cpu_affinity``, ``no_new_privs``, ``ignore_signals``,
+    ``default_signals``, ``signal_mask``, ``cgroup`` and ``controlling_tty``.
+    ``pidfd`` is the child's pidfd where the kernel gives one (else None):
+    signals go through it, so a recycled pid is never signalled.
+
+    ``preexec_fn`` values rdmaspawn recognises (its own
+    :mod:`rdmaspawn.preexec` helpers, ``os.setsid``,
+    ``functools.partial(os.nice, n)``, ...) run without fork too; any other
+    needs fork(): it is refused with :class:`rdmaspawn.PreexecFnError` when
+    the process holds MADV_DONTFORK memory, and runs as in CPython (a fork)
+    when it holds none.
     """
 
-    _execute_child = _rebind(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
-                             "Popen._execute_child")
+    _cpython_execute_child = _rebind(
+        subprocess.Popen._execute_child,  # type: ignore[attr-defined]
+        "Popen._cpython_execute_child")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The setup travels as a preexec_fn value that fork_exec recognises.
+        args, kwargs = _childsetup.setup_kwargs_to_preexec_fn(args, kwargs)
+        super().__init__(*args, **kwargs)
     _posix_spawn = _posixspawn.posix_spawn_method
 
     if not hasattr(subprocess.Popen, "_on_error_fd_closer"):

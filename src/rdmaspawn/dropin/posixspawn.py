@@ -16,6 +16,7 @@ import subprocess
 from typing import Any, Mapping, Optional
 
 from .. import _engine
+from . import childsetup as _childsetup
 
 __all__ = ["posix_spawn_method"]
 
@@ -32,17 +33,20 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     argv = a["args"]
     if not argv:
         raise ValueError("posix_spawn: argv must not be empty")
+    want_pidfd = _childsetup.pidfd_requested()
     try:
-        pid, _ = _engine.spawn(
+        pid, pidfd = _engine.spawn(
             argv, [executable], env=None if env is None else _engine.env_list(env),
             stdin=a["p2cread"], stdout=a["c2pwrite"], stderr=a["errwrite"],
             close_in_child=(a["p2cwrite"], a["c2pread"], a["errread"]),
             close_fds=bool(a.get("close_fds", False)),
-            restore_signals=a["restore_signals"],
+            restore_signals=a["restore_signals"], want_pidfd=want_pidfd,
         )
     except _engine.SpawnError as err:
         # posix_spawn() reports every failure as an error on its path.
         raise OSError(err.errno, os.strerror(err.errno), executable) from None
+    if want_pidfd:
+        _childsetup.hand_pidfd(pidfd)
     self.pid = pid
     self._child_created = True
     self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],

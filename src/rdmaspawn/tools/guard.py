@@ -51,6 +51,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
+from ..dropin.childsetup import as_setup
 
 __all__ = [
     "ForkHazardError",
@@ -120,7 +121,8 @@ def _fork_exec_forks(args: Tuple[Any, ...], preexec_only: bool) -> bool:
         return False  # not a call we understand; the callee will raise
     p = 21 if n >= 23 else n - 1  # index of preexec_fn
     if args[p] is not None:
-        return True
+        # The engine runs the preexec_fn values it recognises without fork.
+        return not (preexec_only and as_setup(args[p]) is not None)
     if preexec_only:
         return False
     if sys.version_info < (3, 10):
