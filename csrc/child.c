@@ -81,10 +81,12 @@ static long clear_cloexec(int fd)
     return rs_sys3(SYS_fcntl, fd, F_SETFD, flags & ~FD_CLOEXEC);
 }
 
-/* Make fd become target; a fd that is already there only loses CLOEXEC. */
+/* Make fd become target; a fd that is already there only loses CLOEXEC.
+ * -1 means "inherit"; any other negative fd fails in dup3() with EBADF, as
+ * it fails in CPython's child. */
 static long install(int fd, int target)
 {
-    if (fd < 0)
+    if (fd == -1)
         return 0;
     if (fd == target)
         return clear_cloexec(fd);

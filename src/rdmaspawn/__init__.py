@@ -43,12 +43,16 @@ __all__ = [
     "patch", "unpatch", "patched", "is_patched",
     "fork_init", "fork_status", "ForkStatus", "ForkInitError",
     "spawn", "SpawnError", "PreexecFnError", "ChildSetupError", "preexec", "pty_spawn",
-    "doctor", "guard", "unguard", "ForkHazardError", "ForkHazardWarning",
+    "doctor", "guard", "unguard", "guarded", "is_guarded", "ForkHazardError",
+    "ForkHazardWarning", "get_context",
 ]
 
 # The user tools load on first use: importing rdmaspawn stays cheap.
-_LAZY = {"pty_spawn": ".ptyspawn", "doctor": ".tools.doctor", "guard": ".tools.guard", "unguard": ".tools.guard",
-         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard"}
+_LAZY = {"pty_spawn": ".ptyspawn", "doctor": ".tools.doctor", "guard": ".tools.guard",
+         "unguard": ".tools.guard", "guarded": ".tools.guard", "is_guarded": ".tools.guard",
+         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard",
+         # Imports multiprocessing, which most users of rdmaspawn never need.
+         "get_context": ".dropin.startmethod"}
 
 
 def __getattr__(name: str) -> Any:

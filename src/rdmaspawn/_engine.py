@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 try:
@@ -102,18 +102,26 @@ def _fsencode(value: object) -> bytes:
     return data
 
 
-def _blob(items: Iterable[object]) -> tuple[bytes, int]:
+def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     """Strings as one blob of NUL-terminated strings, and their count.
 
     Converted as CPython's PyUnicode_FSConverter does; a NUL inside a string
     is found by counting the blob's NULs: one check instead of one per item.
+    When something is wrong, the items are converted again one by one, so
+    that the first bad one raises, as CPython's item-by-item conversion does.
     """
-    encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
-               for item in items]
-    blob = b"\0".join(encoded)
-    if blob.count(0) != max(len(encoded) - 1, 0):
-        raise ValueError("embedded null byte")
-    return blob + b"\0", len(encoded)
+    try:
+        encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
+                   for item in items]
+    except (TypeError, ValueError):
+        encoded = None
+    if encoded is not None:
+        blob = b"\0".join(encoded)
+        if blob.count(0) == max(len(encoded) - 1, 0):
+            return blob + b"\0", len(encoded)
+    for item in items:
+        _fsencode(item)
+    raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
 
 
 def _environ_blob() -> tuple[bytes, int]:
@@ -142,28 +150,35 @@ def _environ_blob() -> tuple[bytes, int]:
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
-    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() checks it."""
+    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() and
+    os.posix_spawn() check it: both converted, then a name that is empty or
+    has "=" after its first byte refused (a leading "=" is allowed)."""
     out = []
     for key, value in env.items():
         k = _fsencode(key)
-        if not k or b"=" in k:
+        v = _fsencode(value)
+        if not k or b"=" in k[1:]:
             raise ValueError("illegal environment variable name")
-        out.append(k + b"=" + _fsencode(value))
+        out.append(k + b"=" + v)
     return out
 
 
 def _fd(value: object, what: str) -> int:
+    # Any C int: a negative one other than -1 reaches the child, whose dup
+    # fails with EBADF, as CPython's does.
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < -1 or value > 0x7FFFFFFF:
-        raise ValueError(f"{what} out of range: {value}")
+    if not -0x80000000 <= value <= 0x7FFFFFFF:
+        raise OverflowError(f"{what} out of range for a C int: {value}")
     return value
 
 
 def _id(value: object, what: str) -> int:
+    # Any uid_t: (uid_t)-1 reaches the kernel, which reads it as "unchanged"
+    # for setres[ug]id and refuses it (EINVAL) in a group list.
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 0 or value > 0xFFFFFFFE:
+    if value < 0 or value > 0xFFFFFFFF:
         raise ValueError(f"{what} out of range: {value}")
     return value
 
