@@ -51,6 +51,13 @@ struct rs_child {
 extern size_t rs_child_stack_used;
 #endif
 
+/* report.c: a MAP_SHARED slot for one spawn (NULL if none), giving it back,
+ * and an id for the spawn. Parent side only. */
+#define RS_HIDDEN __attribute__((visibility("hidden")))
+struct rs_report *rs_take_report_slot(void) RS_HIDDEN;
+void rs_give_report_slot(struct rs_report *slot) RS_HIDDEN;
+uint64_t rs_new_spawn_id(void) RS_HIDDEN;
+
 /* The child's whole life; runs on its own stack in the parent's memory. */
 int rs_child_main(void *arg);
 

@@ -23,10 +23,10 @@
  *                            the child is done with it when clone returns.
  *     a MAP_SHARED slot      where CLONE_VM is emulated by a fork that still
  *                            waits like vfork (valgrind): a shared page stays
- *                            shared with a forked child. qemu-user does not
- *                            wait: its parent reads before the child has
- *                            written, so pre-exec errors are lost there (as
- *                            glibc's posix_spawn() loses them).
+ *                            shared with a forked child (report.c). qemu-user
+ *                            does not wait: its parent reads before the child
+ *                            has written, so pre-exec errors are lost there
+ *                            (as glibc's posix_spawn() loses them).
  *                            A pipe is never used: another thread's fork()
  *                            could inherit its write end, and the spawn would
  *                            then wait for that unrelated child (CPython's
@@ -273,54 +273,6 @@ static __attribute__((noinline)) long run_on_callers_stack(struct rs_child *c,
     return pid;
 }
 
-/*
- * MAP_SHARED report slots, one per spawn in progress (see the table at the
- * top). One page for the whole process: one mapping slot, mapped at the
- * first spawn, retried by later ones if that failed. Without it the spawn
- * still works and reports on a real kernel; only an emulator loses errors.
- */
-#define RS_REPORT_SLOTS 128     /* 4096 / sizeof(struct rs_report), rounded down to 64s */
-static struct rs_report *report_page;
-static uint64_t slot_taken[RS_REPORT_SLOTS / 64];
-static uint32_t spawn_count;
-
-static struct rs_report *take_report_slot(void)
-{
-    struct rs_report *page = __atomic_load_n(&report_page, __ATOMIC_ACQUIRE);
-    if (!page) {
-        void *map = mmap(NULL, RS_REPORT_SLOTS * sizeof *page, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        if (map == MAP_FAILED)
-            return NULL;
-        page = map;
-        if (!__atomic_compare_exchange_n(&report_page, &(struct rs_report *){NULL}, page,
-                                         0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            munmap(map, RS_REPORT_SLOTS * sizeof *page);    /* another thread won */
-            page = __atomic_load_n(&report_page, __ATOMIC_ACQUIRE);
-        }
-    }
-    for (int w = 0; w < RS_REPORT_SLOTS / 64; w++) {
-        uint64_t taken = __atomic_load_n(&slot_taken[w], __ATOMIC_RELAXED);
-        while (~taken) {
-            int bit = __builtin_ctzll(~taken);
-            if (__atomic_compare_exchange_n(&slot_taken[w], &taken,
-                                            taken | (1ULL << bit), 0,
-                                            __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-                return &page[w * 64 + bit];
-            }
-        }
-    }
-    return NULL;    /* more spawns in flight than slots: report privately */
-}
-
-static void give_report_slot(struct rs_report *slot)
-{
-    if (slot) {
-        long i = slot - report_page;
-        __atomic_and_fetch(&slot_taken[i / 64], ~(1ULL << (i % 64)), __ATOMIC_RELEASE);
-    }
-}
-
 #ifdef RS_MEASURE_STACK
 size_t rs_child_stack_used;
 #endif
@@ -358,9 +310,8 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
     memset(&c, 0, sizeof c);
     c.req = req;
     c.envp = req->envp ? req->envp : environ;
-    c.shared = take_report_slot();
-    c.spawn_id = (uint64_t)getpid() << 32 |
-                 (uint32_t)__atomic_add_fetch(&spawn_count, 1, __ATOMIC_RELAXED);
+    c.shared = rs_take_report_slot();
+    c.spawn_id = rs_new_spawn_id();
     char *stack = thread_stack(&owned);
 
     /* Block everything, glibc's SIGCANCEL and SIGSETXID too (hence the raw
@@ -380,7 +331,7 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
      * fork()ed copy of this process (sharing the page) wrote. */
     if (pid > 0 && !c.entered && c.shared && c.shared->spawn_id == c.spawn_id)
         c.report = *c.shared;
-    give_report_slot(c.shared);
+    rs_give_report_slot(c.shared);
 
     if (pid < 0) {
         res->err = (int)-pid;

@@ -3,8 +3,9 @@
  * with no Python, so that it can run under AddressSanitizer, UBSan, valgrind
  * and qemu-user. tests/test_c_harness.py builds and runs it.
  *
- *   cc -std=gnu11 -Wall -Wextra -Icsrc tests/c/engine_harness.c \
- *      csrc/spawn.c csrc/child.c csrc/forkinit.c -ldl -lpthread
+ *   cc -std=gnu11 -Wall -Wextra -DRS_MEASURE_STACK -Icsrc tests/c/engine_harness.c \
+ *      csrc/spawn.c csrc/child.c csrc/report.c csrc/forkinit.c csrc/setup.c \
+ *      -ldl -lpthread
  *
  * Prints one "ok N - what" / "not ok N - what" line per check, "# ..." notes
  * (which clone path ran, the fork status), then "N passed, N failed, N todo";
