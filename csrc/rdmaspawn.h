@@ -140,11 +140,11 @@ struct rs_result {
 };
 
 /*
- * The process's environment (glibc's). rs_request.envp == NULL hands it to
- * the child as it is, which is only safe if no thread can setenv() or
- * unsetenv() until rs_spawn() returns (they reallocate and free the array).
- * The Python binding never does that: it copies environ while holding the
- * GIL (cffi reads a global without releasing it) and passes the copy.
+ * rs_request.envp == NULL hands the child glibc's environ as it is, which is
+ * only safe if no thread can setenv() or unsetenv() until rs_spawn() returns
+ * (they reallocate and free the array). The Python binding never does that:
+ * it copies environ with the GIL held (environ.c, through ctypes.PyDLL) and
+ * passes the copy (from Python through cffi where ctypes cannot load).
  */
 extern char **environ;
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 try:
+    from . import _rdmaspawn_cffi as _cffi_module
     from ._rdmaspawn_cffi import ffi, lib
 except ImportError as _exc:  # pragma: no cover - a source tree without its build
     raise ImportError(
@@ -124,17 +126,46 @@ def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
 
 
-def _environ_blob() -> tuple[bytes, int]:
-    """A private copy of the C environment, as a blob and its count.
+class _EnvironCopier:
+    """csrc/environ.c's rs_environ_copy(), called with the GIL held.
 
     The child must see what a CPython child sees with ``env=None``: the C
     ``environ`` (which os.putenv() changes without os.environ). But the
     spawn runs with the GIL released, while another thread's os.environ
     update (setenv/unsetenv) may reallocate and free that array: handing it
-    to the child gave EFAULT or heap bytes as environment. Python code can
-    only change it with the GIL held, and reading a cffi global and indexing
-    it never releases the GIL, so this copy is consistent.
+    to the child gave EFAULT or heap bytes as environment. Python code only
+    changes it with the GIL held, and ctypes.PyDLL keeps the GIL for the
+    call, so the copy is consistent; the C loop costs a third of walking the
+    array from Python through cffi. One buffer per thread, grown as needed.
     """
+
+    def __init__(self) -> None:
+        import ctypes  # only for this: keeps `import rdmaspawn` light
+
+        function = ctypes.PyDLL(_cffi_module.__file__).rs_environ_copy
+        function.restype = ctypes.c_long
+        function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_int)]
+        self._copy = function
+        self._ctypes = ctypes
+        self._local = threading.local()
+
+    def __call__(self) -> tuple[bytes, int]:
+        ctypes, local = self._ctypes, self._local
+        count = ctypes.c_int()
+        buf = getattr(local, "buf", None)
+        cap = 0 if buf is None else len(buf)
+        while True:
+            need = self._copy(buf, cap, ctypes.byref(count))
+            if need <= cap:
+                return ctypes.string_at(buf, need) + b"\0", count.value
+            cap = need * 2
+            buf = local.buf = ctypes.create_string_buffer(cap)
+
+
+def _environ_blob_cffi() -> tuple[bytes, int]:
+    """The same copy walked from Python, where ctypes cannot be loaded (a
+    process that dropped the privileges to read its own install, say).
+    Reading a cffi global and indexing it never releases the GIL."""
     env = lib.environ
     if env == ffi.NULL:  # after clearenv()
         return b"\0", 0
@@ -147,6 +178,21 @@ def _environ_blob() -> tuple[bytes, int]:
         i += 1
         entry = env[i]
     return b"\0".join(entries) + b"\0", i
+
+
+_environ_copy: Callable[[], tuple[bytes, int]] | None = None
+
+
+def _environ_blob() -> tuple[bytes, int]:
+    """A private copy of the C environment, as a blob and its count (see
+    :class:`_EnvironCopier`)."""
+    global _environ_copy
+    if _environ_copy is None:
+        try:
+            _environ_copy = _EnvironCopier()
+        except (ImportError, OSError, AttributeError):
+            _environ_copy = _environ_blob_cffi
+    return _environ_copy()
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
