@@ -44,8 +44,10 @@ import pytest
 __all__ = [
     "HAZARD_UNAVAILABLE",
     "HazardRun",
+    "require_torch",
     "require_verbs",
     "run_with_hazard",
+    "torch_available",
     "verbs_available",
 ]
 
@@ -92,6 +94,7 @@ def _require_verbs_env() -> bool:
 
 _VERBS_PROBE = "import ctypes; ctypes.CDLL('libibverbs.so.1')"
 _PYVERBS_PROBE = "import pyverbs.fork"
+_TORCH_PROBE = "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,3 +183,14 @@ def run_with_hazard(
     run = HazardRun(result.args, result.returncode, result.stdout, result.stderr)
     run.hazard = hazard
     return run
+
+
+def torch_available() -> bool:
+    """Whether torch, with gloo, imports (probed in a child)."""
+    return _works_in_child(_TORCH_PROBE)
+
+
+def require_torch() -> None:
+    """Skip (or, under RDMASPAWN_REQUIRE_TORCH=1, fail) when torch is missing."""
+    _require(torch_available(), "torch is not installed (pip install torch; CI: on 3.11)",
+             "RDMASPAWN_REQUIRE_TORCH")

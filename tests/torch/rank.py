@@ -10,16 +10,20 @@ It writes one JSON object per line to ``$RDMASPAWN_TORCH_OUT/rank-<RANK>.jsonl``
 as it goes (so a hang still leaves what came before):
 
 - ``{"event": "start", ...}``: rank, world size, node, pid, the hazard planted,
-  whether rdmaspawn's patch is in force, multiprocessing's start method;
+  whether the parent (torchrun's agent) holds DONTFORK memory and its
+  command line, whether rdmaspawn's patch is in force, multiprocessing's
+  start method;
+  every record also has ``t``, seconds since the rank started;
 - ``{"event": "allreduce", "sum": ...}``;
 - ``{"event": "way", "way": NAME, "outcome": "ok" | what went wrong,
   "hazard_live": bool}`` for each way, ``hazard_live`` saying the planted
   page was still MADV_DONTFORK when the child was started;
 - ``{"event": "done"}`` after the last collective.
 
-Every way is bounded (``RDMASPAWN_TORCH_WAY_TIMEOUT`` seconds, default 20):
-without help, ``multiprocessing.Pool``'s default (fork) workers die and the
-pool waits for them forever. ``RDMASPAWN_TORCH_WAYS`` (comma separated) runs
+Every way that can wait forever is bounded (``RDMASPAWN_TORCH_WAY_TIMEOUT``
+seconds, default 20): without help, ``multiprocessing.Pool``'s default (fork)
+workers die and the pool waits for them forever. The DataLoader keeps its
+default (no timeout): it notices dead workers itself. ``RDMASPAWN_TORCH_WAYS`` (comma separated) runs
 only the named ways.
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Callable
 
 import work
@@ -114,7 +119,7 @@ def way_torch_mp_spawn() -> str:
 def way_dataloader() -> str:
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(work.Squares(8), batch_size=4, num_workers=2, timeout=TIMEOUT)
+    loader = DataLoader(work.Squares(8), batch_size=4, num_workers=2)
     got = sorted(int(x) for batch in loader for x in batch)
     return "ok" if got == [x * x for x in range(8)] else f"got {got!r}"
 
@@ -156,8 +161,14 @@ def run_way(func: Callable[[], str]) -> str:
         return f"{type(exc).__name__}: {first}"[:200]
 
 
+def _cmdline(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [arg.decode(errors="replace") for arg in f.read().split(b"\0")[:-1]]
+
+
 def main() -> None:
-    from rdmaspawn._procfs import dontfork_mappings
+    started = time.monotonic()
+    from rdmaspawn._procfs import dontfork_mappings, has_dontfork
     from rdmaspawn.testing.hazard import plant
 
     # First, before torch starts its threads: plant() needs a fresh malloc arena.
@@ -173,12 +184,14 @@ def main() -> None:
     out = open(out_path, "w")  # noqa: SIM115 - written line by line to the end
 
     def emit(**record: object) -> None:
+        record["t"] = round(time.monotonic() - started, 2)
         out.write(json.dumps(record) + "\n")
         out.flush()
 
     emit(event="start", rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
          local_rank=int(os.environ["LOCAL_RANK"]), node=int(os.environ["GROUP_RANK"]),
-         pid=os.getpid(), hazard=hazard.method, arena=hazard.arena,
+         pid=os.getpid(), cmdline=_cmdline(os.getpid()), hazard=hazard.method, arena=hazard.arena,
+         agent_dontfork=has_dontfork(os.getppid()), agent_cmdline=_cmdline(os.getppid()),
          patched=rdmaspawn.is_patched(),
          start_method=multiprocessing.get_start_method(allow_none=True),
          default_context=multiprocessing.get_context().get_start_method())
