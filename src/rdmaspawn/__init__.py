@@ -42,11 +42,14 @@ __all__ = [
     "fork_init", "fork_status", "ForkStatus", "ForkInitError",
     "spawn", "SpawnError", "PreexecFnError",
     "doctor", "guard", "unguard", "ForkHazardError", "ForkHazardWarning",
+    "get_context",
 ]
 
 # The user tools load on first use: importing rdmaspawn stays cheap.
 _LAZY = {"doctor": ".tools.doctor", "guard": ".tools.guard", "unguard": ".tools.guard",
-         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard"}
+         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard",
+         # Imports multiprocessing, which most users of rdmaspawn never need.
+         "get_context": ".dropin.startmethod"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""``python -m rdmaspawn {doctor,demo,bench}`` and the ``rdmaspawn`` console script."""
+"""``python -m rdmaspawn {doctor,demo,bench,run}`` and the ``rdmaspawn`` console script."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="show a fork()ed child crash where rdmaspawn's child runs")
     sub.add_parser("bench", add_help=False,
                    help="measure spawn latency (arguments go to the benchmark)")
+    sub.add_parser("run", add_help=False,
+                   help="run a command with rdmaspawn in force in all its Python processes "
+                        "(rdmaspawn run [options] -- CMD ARGS...)")
     return parser
 
 
@@ -41,6 +44,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .bench.spawn_latency import main as bench_main
 
         return int(bench_main(args[1:]) or 0)
+    if args and args[0] == "run":
+        from .tools.run import main as run_main
+
+        return run_main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
     if ns.command is None:

@@ -23,6 +23,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
 from . import spawnv as _spawnv
+from . import startmethod as _startmethod
 
 __all__ = ["patch", "unpatch", "patched", "is_patched"]
 
@@ -55,12 +56,17 @@ def _restore(obj: Any, name: str, old: Any, new: Any) -> None:
         current = current.__wrapped__
 
 
-def patch() -> None:
+def patch(start_method: Optional[str] = None) -> None:
     """Make every child this process's standard library starts fork-safe.
 
-    Idempotent and thread-safe; undone by :func:`unpatch`.
+    ``start_method="forkserver"`` (or ``"spawn"``) also makes it
+    multiprocessing's default start method unless the program already chose
+    one (see :mod:`rdmaspawn.dropin.startmethod`). Idempotent and thread-safe;
+    undone by :func:`unpatch`.
     """
     global _applied
+    if start_method is not None:
+        _startmethod.prefer_start_method(start_method)
     with _lock:
         if _applied is not None:
             return
@@ -79,6 +85,7 @@ def patch() -> None:
 def unpatch() -> None:
     """Undo :func:`patch`; harmless when not patched."""
     global _applied
+    _startmethod.restore_start_method()
     with _lock:
         if _applied is None:
             return
