@@ -1,7 +1,7 @@
 """Count torchrun jobs in which a rank aborts at exit, with and without rdmaspawn.
 
     python tests/torch/measure_exit_aborts.py [--runs 40] [--parallel 2] [--spawn]
-        [--variant VALUE ...]
+        [--destroy] [--variant VALUE ...]
 
 Runs ``torchrun --standalone --nproc-per-node 2 gloo_exit.py`` ``--runs``
 times for each variant, interleaved (so machine load hits all alike),
@@ -30,10 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = sysconfig.get_path("scripts")
 
 
-def one_job(variant: str, index: int, spawn: bool, keep: str) -> tuple[str, bool, bool]:
+def one_job(variant: str, index: int, spawn: bool, end: str,
+            keep: str) -> tuple[str, bool, bool]:
     cmd = [os.path.join(SCRIPTS, "torchrun"), "--standalone", "--nproc-per-node", "2",
            os.path.join(HERE, "gloo_exit.py")]
-    env = dict(os.environ, GLOO_EXIT_SPAWN="1" if spawn else "0")
+    env = dict(os.environ, GLOO_EXIT_SPAWN="1" if spawn else "0", GLOO_EXIT_END=end)
     env.pop("RDMASPAWN", None)
     if variant == "run":
         cmd = [os.path.join(SCRIPTS, "rdmaspawn"), "run", "--", *cmd]
@@ -56,6 +57,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--spawn", action="store_true", help="each rank starts one child")
+    parser.add_argument("--destroy", action="store_true",
+                        help="each rank calls destroy_process_group() before it exits")
     parser.add_argument("--keep", default="exit-aborts")
     parser.add_argument("--variant", action="append", dest="variants")
     ns = parser.parse_args()
@@ -65,7 +68,8 @@ def main() -> None:
     counts = {v: [0, 0, 0] for v in variants}  # aborted, terminate, non-zero
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(ns.parallel) as pool:
-        futures = [pool.submit(one_job, v, i, ns.spawn, ns.keep) for v, i in jobs]
+        futures = [pool.submit(one_job, v, i, ns.spawn,
+                               "destroy" if ns.destroy else "exit", ns.keep) for v, i in jobs]
         for fut in concurrent.futures.as_completed(futures):
             variant, terminate, failed = fut.result()
             c = counts[variant]
@@ -76,7 +80,8 @@ def main() -> None:
         a, t, e = counts[v]
         print(f"{v}: {a} of {ns.runs} aborted (terminate called: {t}, non-zero exit: {e})")
     print(f"{len(jobs)} jobs in {time.monotonic() - started:.0f}s, {ns.parallel} at a time,"
-          f" spawn={ns.spawn}; aborted jobs' output in {ns.keep}/", file=sys.stderr)
+          f" spawn={ns.spawn}, destroy={ns.destroy}; aborted jobs' output in {ns.keep}/",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
