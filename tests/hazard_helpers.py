@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -42,13 +44,18 @@ from typing import Any
 import pytest
 
 __all__ = [
+    "DROP_CAPS",
     "HAZARD_UNAVAILABLE",
     "HazardRun",
+    "Holder",
+    "mappable_device",
     "require_torch",
     "require_verbs",
     "run_with_hazard",
+    "shm_file",
     "torch_available",
     "verbs_available",
+    "verbs_file",
 ]
 
 #: Exit status of the child when plant() raised HazardError.
@@ -97,7 +104,7 @@ _PYVERBS_PROBE = "import pyverbs.fork"
 _TORCH_PROBE = "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _works_in_child(code: str) -> bool:
     """Whether ``code`` runs in a fresh interpreter (so pytest itself maps nothing)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True,
@@ -183,6 +190,130 @@ def run_with_hazard(
     run = HazardRun(result.args, result.returncode, result.stdout, result.stderr)
     run.hazard = hazard
     return run
+
+
+# A child interpreter that maps files and marks them MADV_DONTFORK with a real
+# madvise(), optionally plants the hazard, imports rdmaspawn's engine, drops to
+# another uid, then prints what it did as JSON and waits for a line on stdin.
+_HOLDER = """\
+import ctypes, json, mmap, os, sys
+cfg = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+keep, marked = [], {}
+for path in cfg["files"]:
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+    os.close(fd)
+    keep.append(m)
+    for line in open("/proc/self/maps"):
+        if line.rstrip("\\n").endswith(" " + path):
+            start = int(line.split("-")[0], 16)
+    if libc.madvise(start, mmap.PAGESIZE, 10) != 0:
+        raise OSError(ctypes.get_errno(), "madvise")
+    marked[path] = start
+info = {"pid": os.getpid(), "marked": marked, "hazard": None}
+if cfg["plant"]:
+    import dataclasses
+    from rdmaspawn.testing.hazard import plant
+    info["hazard"] = dataclasses.asdict(plant(cfg["plant"]))
+if cfg["engine"]:
+    import rdmaspawn._engine
+if cfg["uid"] is not None:
+    os.setgroups([])
+    os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
+    os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+print(json.dumps(info), flush=True)
+sys.stdin.readline()
+"""
+
+
+class Holder:
+    """A live child process holding MADV_DONTFORK memory (see ``_HOLDER``); a context manager.
+
+    ``files``: paths to map one page of and mark DONTFORK; ``plant``: a
+    :func:`~rdmaspawn.testing.hazard.plant` method or None; ``engine``: import
+    rdmaspawn's engine; ``uid``: setresuid() to it once ready (root only).
+    ``info`` is what the child printed: ``pid``, ``marked`` (path -> address),
+    ``hazard`` (the planted Hazard as a dict, or None).
+    """
+
+    def __init__(self, files: list[str] = [], plant: str | None = None, engine: bool = False,
+                 uid: int | None = None) -> None:
+        cfg = json.dumps({"files": files, "plant": plant, "engine": engine, "uid": uid})
+        self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, cfg], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.communicate(timeout=30)
+            raise RuntimeError(f"holder child failed (status {self.proc.returncode})")
+        self.info: dict[str, Any] = json.loads(line)
+        self.pid: int = self.info["pid"]
+
+    def __enter__(self) -> Holder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.communicate("\n", timeout=30)
+
+
+def mappable_device() -> str | None:
+    """A block device under /dev this process may open and map (read-only, never touched).
+
+    Real device mappings for the "devices" tests; usually only root may open one.
+    """
+    for name in sorted(os.listdir("/dev")):
+        path = os.path.join("/dev", name)
+        try:
+            if not stat.S_ISBLK(os.stat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ).close()
+            return path
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return None
+
+
+def shm_file(tmp_name: str) -> str:
+    """A one-page file in /dev/shm (POSIX shared memory), removed by the caller."""
+    path = f"/dev/shm/{tmp_name}-{os.getpid()}"
+    with open(path, "wb") as f:
+        f.write(b"\0" * mmap.PAGESIZE)
+    return path
+
+
+#: Code for a child interpreter: ``drop_capabilities()`` empties the effective
+#: capability set with a real capset(2), as root in a container without
+#: capabilities has it.  (On Linux 6.18 clearing CAP_SYS_PTRACE alone still let
+#: root read a non-dumpable process's smaps, though not its exe link.)
+DROP_CAPS = """
+import ctypes
+def drop_capabilities():
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} x 2
+    if libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    data[0] = data[3] = 0  # effective, both words
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+"""
+
+
+def verbs_file() -> str | None:
+    """The file libibverbs.so.1 resolves to (as a child's /proc/self/maps shows it), else None."""
+    probe = subprocess.run(
+        [sys.executable, "-c", _VERBS_PROBE + "; print([l.split()[-1] for l in "
+         "open('/proc/self/maps') if 'libibverbs' in l][0])"],
+        capture_output=True, text=True, check=False)
+    return probe.stdout.strip() if probe.returncode == 0 else None
 
 
 def torch_available() -> bool:

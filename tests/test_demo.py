@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+from hazard_helpers import require_verbs, verbs_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The console script pip installed beside this interpreter.
@@ -35,3 +37,36 @@ def test_main_without_command_prints_help() -> None:
     assert r.returncode == 2
     for cmd in ("doctor", "demo", "bench"):
         assert cmd in r.stdout
+
+
+def test_demo_says_it_planted_through_libibverbs() -> None:
+    """With libibverbs installed the demo says it planted through it, and names the file."""
+    require_verbs()
+    r = subprocess.run([sys.executable, "-m", "rdmaspawn", "demo"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"   through libibverbs \(/\S+/libibverbs\.so\.1\.[\d.]+\): "
+                     r"ibv_fork_init\(\), then ibv_dontfork_range\(\)", r.stdout), r.stdout
+
+
+def test_demo_without_libibverbs_says_it_fell_back() -> None:
+    """With libibverbs hidden (an empty file bind-mounted over it in a private mount
+    namespace, so dlopen() really fails), the demo plants with madvise, says why, and how to
+    get the real library; the demonstration still goes as expected."""
+    require_verbs()
+    library = verbs_file()
+    assert library is not None
+    unshare = ["unshare", "--mount"] if os.geteuid() == 0 else \
+        ["unshare", "--map-root-user", "--mount"]
+    hide = f"mount --bind /dev/null {library} && exec \"$@\""
+    r = subprocess.run(unshare + ["sh", "-c", hide, "sh", sys.executable, "-m", "rdmaspawn",
+                                  "demo"], capture_output=True, text=True, timeout=120)
+    if "mount" in r.stderr and r.returncode != 0 and "Planted" not in r.stdout:
+        pytest.skip(f"cannot hide libibverbs here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("   with madvise(MADV_DONTFORK) directly, not through libibverbs:\n"
+            "   cannot load libibverbs.so.1 (to get it: apt-get install libibverbs1, or dnf "
+            "install libibverbs).\n"
+            "   Install it to watch the real ibv_dontfork_range() mark the same pages.\n"
+            ) in r.stdout
+    assert r.stdout.count("killed by SIGSEGV") == 2

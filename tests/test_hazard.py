@@ -33,7 +33,7 @@ POSIX_SPAWN = """
 """
 
 IN_SMAPS = """
-    from rdmaspawn.testing.hazard import _is_dontfork
+    from rdmaspawn._procfs import is_dontfork as _is_dontfork
     print(_is_dontfork(hazard.arena), _is_dontfork(hazard.start + hazard.length - 1))
 """
 
@@ -88,6 +88,7 @@ def test_verbs_records_library_and_fork_state() -> None:
     assert "libibverbs.so" in hazard["library"]
     assert hazard["fork_state_before"] == "disabled"
     assert hazard["fork_state_after"] == "enabled"
+    assert hazard["fallback"] is None
 
 
 def test_auto_prefers_verbs() -> None:
@@ -107,6 +108,7 @@ def test_madvise_needs_no_libibverbs() -> None:
     assert _stdout(result) == "False"
     assert result.hazard is not None
     assert result.hazard["library"] is None
+    assert result.hazard["fallback"] is None  # asked for, not fallen back to
 
 
 def test_unknown_method_is_rejected() -> None:

@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("doctor", add_help=False,
-                   help="check whether a process can safely fork() (--pid PID, --json)")
+                   help="check whether a process can safely fork() (--pid PID | --all, --json)")
     sub.add_parser("demo", add_help=False,
                    help="show a fork()ed child crash where rdmaspawn's child runs")
     sub.add_parser("bench", add_help=False,
@@ -41,7 +41,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return demo_main(args[1:])
     if args and args[0] == "bench":
-        from .bench.spawn_latency import main as bench_main
+        from .bench.cli import main as bench_main
 
         return int(bench_main(args[1:]) or 0)
     if args and args[0] == "run":

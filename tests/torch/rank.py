@@ -161,14 +161,9 @@ def run_way(func: Callable[[], str]) -> str:
         return f"{type(exc).__name__}: {first}"[:200]
 
 
-def _cmdline(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return [arg.decode(errors="replace") for arg in f.read().split(b"\0")[:-1]]
-
-
 def main() -> None:
     started = time.monotonic()
-    from rdmaspawn._procfs import dontfork_mappings, has_dontfork
+    from rdmaspawn._procfs import has_dontfork, is_dontfork, read_cmdline
     from rdmaspawn.testing.hazard import plant
 
     # First, before torch starts its threads: plant() needs a fresh malloc arena.
@@ -190,8 +185,9 @@ def main() -> None:
 
     emit(event="start", rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
          local_rank=int(os.environ["LOCAL_RANK"]), node=int(os.environ["GROUP_RANK"]),
-         pid=os.getpid(), cmdline=_cmdline(os.getpid()), hazard=hazard.method, arena=hazard.arena,
-         agent_dontfork=has_dontfork(os.getppid()), agent_cmdline=_cmdline(os.getppid()),
+         pid=os.getpid(), cmdline=read_cmdline(os.getpid()),
+         hazard=hazard.method, arena=hazard.arena,
+         agent_dontfork=has_dontfork(os.getppid()), agent_cmdline=read_cmdline(os.getppid()),
          patched=rdmaspawn.is_patched(),
          start_method=multiprocessing.get_start_method(allow_none=True),
          default_context=multiprocessing.get_context().get_start_method())
@@ -204,7 +200,7 @@ def main() -> None:
     wanted = os.environ.get("RDMASPAWN_TORCH_WAYS")
     names = wanted.split(",") if wanted else list(WAYS)
     for name in names:
-        live = any(m.start <= hazard.arena < m.end for m in dontfork_mappings())
+        live = is_dontfork(hazard.arena)
         emit(event="way", way=name, outcome=run_way(WAYS[name]), hazard_live=live)
 
     dist.barrier()

@@ -37,17 +37,24 @@ import os
 import threading
 import time
 
-__all__ = ["VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
+from .._procfs import (
+    is_dontfork,
+    library_path,
+    parse_maps,
+    read_maps,
+    thread_count,
+    thread_heap_base,
+)
+
+__all__ = ["INSTALL_VERBS", "VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
 
 #: The soname the verbs method loads (the one the system ``libibverbs1`` has).
 VERBS_LIBRARY = "libibverbs.so.1"
 
-MADV_DONTFORK = 10
+#: How to install the system libibverbs, for messages.
+INSTALL_VERBS = "apt-get install libibverbs1, or dnf install libibverbs"
 
-# glibc's HEAP_MAX_SIZE: 2 * DEFAULT_MMAP_THRESHOLD_MAX, i.e. 64 MiB on
-# 64-bit and 1 MiB on 32-bit.  Thread heaps are mmap()ed aligned to it, so the
-# heap_info header of the heap holding an address is that address rounded down.
-_HEAP_MAX_SIZE = (64 if ctypes.sizeof(ctypes.c_void_p) == 8 else 1) * 1024 * 1024
+MADV_DONTFORK = 10
 
 # Above tcache's largest size (1032 bytes) so it cannot come back from a
 # tcache holding another arena's chunk, and well below the mmap threshold
@@ -82,6 +89,8 @@ class Hazard:
     #: ``ibv_is_fork_initialized()`` before and after (``"verbs"``), else ``None``.
     fork_state_before: str | None = None
     fork_state_after: str | None = None
+    #: Why ``"auto"`` planted with madvise instead of libibverbs, else ``None``.
+    fallback: str | None = None
 
 
 def _libc() -> ctypes.CDLL:
@@ -93,35 +102,10 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-def _mappings() -> list[tuple[int, int, str]]:
-    """(start, end, rest of line) for every mapping in /proc/self/maps."""
-    out = []
-    with open("/proc/self/maps") as f:
-        for line in f:
-            span, _, rest = line.partition(" ")
-            lo, _, hi = span.partition("-")
-            out.append((int(lo, 16), int(hi, 16), rest))
-    return out
-
-
-def _heap_header(addr: int, maps: list[tuple[int, int, str]]) -> int | None:
-    """The heap_info address for ``addr`` if it lies in a thread heap, else None.
-
-    Only reads memory that /proc/self/maps says is a readable mapping starting
-    exactly at the aligned address (a thread heap), so a main-arena (brk)
-    address never leads to a stray read.
-    """
-    base = addr & ~(_HEAP_MAX_SIZE - 1)
-    for lo, _, rest in maps:
-        if lo == base and rest.startswith("r"):
-            return base
-    return None
-
-
 def _find_arena(buf: int, page: int) -> int:
     """The address of the malloc_state (arena) that owns ``buf``."""
-    maps = _mappings()
-    heap = _heap_header(buf, maps)
+    maps = parse_maps(read_maps())
+    heap = thread_heap_base(buf, maps)
     if heap is None:
         raise HazardError(
             "the fresh thread's malloc() did not come from a thread arena "
@@ -129,19 +113,13 @@ def _find_arena(buf: int, page: int) -> int:
         )
     # heap_info.ar_ptr is the first field.  In an arena's first heap the
     # malloc_state follows heap_info on the same page; in a later heap it
-    # points back into the first one.
+    # points back into the first one.  Both reads are of memory that maps
+    # just showed to be a readable thread heap, so never a stray read.
     ar_ptr = ctypes.c_void_p.from_address(heap).value or 0
-    first = _heap_header(ar_ptr, maps) if ar_ptr else None
+    first = thread_heap_base(ar_ptr, maps) if ar_ptr else None
     if first is None or not (first < ar_ptr < first + page):
         raise HazardError(f"unexpected glibc heap layout at {heap:#x}")
     return ar_ptr
-
-
-def _task_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
 
 
 def _alloc_in_fresh_thread(libc: ctypes.CDLL) -> int:
@@ -150,45 +128,18 @@ def _alloc_in_fresh_thread(libc: ctypes.CDLL) -> int:
     def target() -> None:
         result.append(libc.malloc(_BUFFER_SIZE) or 0)
 
-    tasks = _task_count()
+    tasks = thread_count()
     t = threading.Thread(target=target, name="rdmaspawn-hazard")
     t.start()
     t.join()
     # join() can return while the OS thread is still exiting (3.13), and
     # os.fork() on 3.12+ then warns that the process is multi-threaded.
     deadline = time.monotonic() + 2.0
-    while _task_count() > tasks and time.monotonic() < deadline:
+    while thread_count() > tasks and time.monotonic() < deadline:
         time.sleep(0.001)
     if not result or not result[0]:
         raise HazardError("malloc() failed in the fresh thread")
     return result[0]
-
-
-def _is_dontfork(addr: int) -> bool:
-    """Whether /proc/self/smaps shows ``dc`` (MADV_DONTFORK) on ``addr``'s mapping."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(" ", 1)[0]
-            if "-" in head and not head.endswith(":"):
-                lo, _, hi = head.partition("-")
-                try:
-                    inside = int(lo, 16) <= addr < int(hi, 16)
-                except ValueError:
-                    pass
-            elif inside and head == "VmFlags:":
-                return "dc" in line.split()[1:]
-    return False
-
-
-def _library_path(soname_prefix: str) -> str | None:
-    for _, _, rest in _mappings():
-        fields = rest.split(None, 4)  # perms offset dev inode path
-        if len(fields) == 5 and os.path.basename(fields[4].strip()).startswith(
-            soname_prefix
-        ):
-            return fields[4].strip()
-    return None
 
 
 def _load_verbs() -> ctypes.CDLL | None:
@@ -203,6 +154,26 @@ def _load_verbs() -> ctypes.CDLL | None:
     verbs.ibv_dontfork_range.restype = ctypes.c_int
     verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     return verbs
+
+
+def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
+    """libibverbs after ``ibv_fork_init()``, with its fork state before that; or
+    ``(None, None, why not)``."""
+    verbs = _load_verbs()
+    if verbs is None:
+        return None, None, f"cannot load {VERBS_LIBRARY} (to get it: {INSTALL_VERBS})"
+    if _FORK_STATES.get(verbs.ibv_is_fork_initialized()) == "unneeded":
+        return None, None, (
+            "ibv_is_fork_initialized() says fork support is unneeded "
+            "(kernel copy-on-fork): libibverbs will not mark DONTFORK"
+        )
+    # ibv_fork_init() must come before any registration, so before the
+    # buffer exists; like ibv_reg_mr(), ibv_dontfork_range() then marks it.
+    before = _FORK_STATES.get(verbs.ibv_is_fork_initialized(), "unknown")
+    rc = verbs.ibv_fork_init()
+    if rc != 0:
+        return None, None, f"ibv_fork_init() failed: {os.strerror(rc)}"
+    return verbs, before, None
 
 
 def _target_range(buf: int, arena: int, page: int) -> tuple[int, int]:
@@ -243,32 +214,16 @@ def plant(method: str = "auto") -> Hazard:
     if method not in ("auto", "verbs", "madvise"):
         raise ValueError(f"method must be 'auto', 'verbs' or 'madvise', not {method!r}")
 
-    verbs = None
+    verbs: ctypes.CDLL | None = None
+    before: str | None = None
+    fallback: str | None = None
     if method in ("auto", "verbs"):
-        verbs = _load_verbs()
+        verbs, before, fallback = _armed_verbs()
         if verbs is None and method == "verbs":
-            raise HazardError(f"cannot load {VERBS_LIBRARY}")
-        if verbs is not None and verbs.ibv_is_fork_initialized() == 2:
-            if method == "verbs":
-                raise HazardError(
-                    "ibv_is_fork_initialized() says fork support is unneeded "
-                    "(kernel copy-on-fork): libibverbs will not mark DONTFORK"
-                )
-            verbs = None
+            raise HazardError(fallback)
 
     libc = _libc()
     page = os.sysconf("SC_PAGESIZE")
-
-    before = None
-    if verbs is not None:
-        # ibv_fork_init() must come before any registration, so before the
-        # buffer exists; like ibv_reg_mr(), ibv_dontfork_range() then marks it.
-        before = _FORK_STATES.get(verbs.ibv_is_fork_initialized(), "unknown")
-        rc = verbs.ibv_fork_init()
-        if rc != 0 and method == "verbs":
-            raise HazardError(f"ibv_fork_init() failed: {os.strerror(rc)}")
-        if rc != 0:
-            verbs = before = None  # "auto": fall back to madvise
 
     buf = _alloc_in_fresh_thread(libc)
     arena = _find_arena(buf, page)
@@ -281,7 +236,7 @@ def plant(method: str = "auto") -> Hazard:
         after = _FORK_STATES.get(verbs.ibv_is_fork_initialized(), "unknown")
         hazard = Hazard(
             "verbs",
-            _library_path("libibverbs.so"),
+            library_path("libibverbs.so"),
             start,
             length,
             arena,
@@ -293,9 +248,9 @@ def plant(method: str = "auto") -> Hazard:
         if libc.madvise(start, length, MADV_DONTFORK) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"madvise(MADV_DONTFORK): {os.strerror(err)}")
-        hazard = Hazard("madvise", None, start, length, arena, buf)
+        hazard = Hazard("madvise", None, start, length, arena, buf, fallback=fallback)
 
-    if not _is_dontfork(arena):
+    if not is_dontfork(arena):
         raise HazardError(
             f"{hazard.method} reported success but the arena page at {arena:#x} is not DONTFORK"
         )

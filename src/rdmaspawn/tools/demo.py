@@ -20,7 +20,8 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .._interpreter import python_command
 
@@ -44,8 +45,8 @@ def describe(status):
 TRUE = sys.argv[1]
 from rdmaspawn.testing.hazard import plant
 h = plant("auto")
-say(step="planted", method=h.method, library=h.library, start=h.start,
-    length=h.length, arena=h.arena, pid=os.getpid())
+say(step="planted", method=h.method, library=h.library, fallback=h.fallback,
+    start=h.start, length=h.length, arena=h.arena, pid=os.getpid())
 sys.stdin.readline()  # the parent runs the doctor on us meanwhile
 
 pid = os.fork()
@@ -82,7 +83,7 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
         python_command(_CHILD, _TRUE), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, env=env, text=True,
     )
-    steps: Dict[str, Dict[str, Any]] = {}
+    steps: dict[str, dict[str, Any]] = {}
     try:
         line = child.stdout.readline() if child.stdout else ""
         if not line:
@@ -90,14 +91,9 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
             w("The helper process could not plant the hazard:\n%s\n" % (err.strip() or "no output"))
             return 1
         planted = json.loads(line)
-        how = ("libibverbs ibv_dontfork_range() (%s)" % planted["library"]
-               if planted["method"] == "verbs" else "madvise(MADV_DONTFORK)")
-        w("1. Planted in helper process %d with %s:\n   0x%x-0x%x (%d bytes), over the malloc "
-          "arena at 0x%x.\n" % (planted["pid"], how, planted["start"],
-                                planted["start"] + planted["length"], planted["length"],
-                                planted["arena"]))
+        w(_planted_text(planted))
         verdict = _doctor_line(doctor, planted["pid"])
-        w("2. rdmaspawn doctor --pid %d: %s\n" % (planted["pid"], verdict))
+        w(f"2. rdmaspawn doctor --pid {planted['pid']}: {verdict}\n")
         out_text, err = child.communicate("go\n", timeout=timeout)
         for raw in out_text.splitlines():
             try:
@@ -108,7 +104,7 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
-        w("The helper process did not finish within %g s.\n" % timeout)
+        w(f"The helper process did not finish within {timeout:g} s.\n")
         return 1
     finally:
         if child.poll() is None:
@@ -122,9 +118,9 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
     ]
     for i, (key, label) in enumerate(labels, 3):
         result = steps.get(key, {}).get("result", "did not run")
-        w("%d. %-38s -> %s\n" % (i, label, result))
+        w(f"{i}. {label:<38} -> {result}\n")
     if child.returncode != 0:
-        w("\nThe helper process itself ended with status %s:\n%s\n" % (child.returncode, err.strip()))
+        w(f"\nThe helper process itself ended with status {child.returncode}:\n{err.strip()}\n")
         return 1
     forked = [steps.get(k, {}).get("result", "") for k in ("os.fork", "preexec_fn")]
     ours = steps.get("rdmaspawn", {}).get("result", "")
@@ -137,11 +133,26 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
     return 1
 
 
+def _planted_text(planted: dict[str, Any]) -> str:
+    """Step 1 in words: where the hazard is and which way it was planted."""
+    where = (f"1. Planted in helper process {planted['pid']}: "
+             f"0x{planted['start']:x}-0x{planted['start'] + planted['length']:x} "
+             f"({planted['length']} bytes), over the malloc arena at 0x{planted['arena']:x},\n")
+    if planted["method"] == "verbs":
+        return where + (f"   through libibverbs ({planted['library']}): ibv_fork_init(), then "
+                        "ibv_dontfork_range() as ibv_reg_mr() does.\n")
+    how = where + "   with madvise(MADV_DONTFORK) directly, not through libibverbs:\n"
+    how += f"   {planted['fallback']}.\n"
+    if planted["fallback"] and planted["fallback"].startswith("cannot load"):
+        how += "   Install it to watch the real ibv_dontfork_range() mark the same pages.\n"
+    return how
+
+
 def _doctor_line(doctor: Any, pid: int) -> str:
     try:
         report = doctor(pid)
     except OSError as e:
-        return "could not inspect (%s)" % e
+        return f"could not inspect ({e})"
     if report.ok:
         return "OK"
     worst = report.findings[0] if report.findings else None
@@ -151,11 +162,10 @@ def _doctor_line(doctor: Any, pid: int) -> str:
             break
     if worst is None:
         return str(report.verdict)
-    return "%s -- %s at 0x%x (%s)" % (str(report.verdict), worst.kind, worst.mapping.start,
-                                      worst.risk)
+    return f"{str(report.verdict)} -- {worst.kind} at 0x{worst.mapping.start:x} ({worst.risk})"
 
 
-def main(argv: Optional[Sequence[str]] = None, prog: str = "rdmaspawn demo") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "rdmaspawn demo") -> int:
     """``rdmaspawn demo``; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog=prog,

@@ -1,0 +1,210 @@
+"""What a run's figures say: ratios, growth per GiB, and the targets asked of rdmaspawn.
+
+Every threshold is a named constant here, and the verdicts are computed once,
+into the report's targets: the table, the JSON and the README block all
+print those verdicts and never judge a figure again themselves.
+
+================================  ==========================================  =========
+target                            figure                                      wanted
+================================  ==========================================  =========
+flat (rdmaspawn.Popen / engine)   median at the largest / smallest size       <= 1.10
+thin (floor)                      rdmaspawn.Popen median / the C floor's      <= 1.10
+latency vs subprocess             rdmaspawn.Popen median / subprocess.Popen's <= 1.05
+throughput vs subprocess (N thr)  rdmaspawn.Popen spawns/s / subprocess's,    >= 0.95
+                                  N = 2 and 4 threads spawning at once
+parallel                          rdmaspawn.Popen spawns/s, 2 threads / 1     >= 1.6
+================================  ==========================================  =========
+
+The comparisons with subprocess.Popen ask for "no worse", 1.0, and allow
+NOISE_ALLOWANCE either way: both run side by side in the same rounds, but two
+medians of the same code on a shared machine still differ by a few percent.
+Their notes also give the same ratio taken round by round (p25 .. p75 over the
+rounds): where that range is wide, the machine's noise is larger than the
+allowance and the verdict says little either way.
+"""
+
+from __future__ import annotations
+
+from .model import DEFAULT_PATH, ENGINE, FLOOR, RDMASPAWN, Report, Target
+from .numbers import fmt_gib, quantile, ratio
+
+FLAT_MAX = 1.10  # rdmaspawn latency at the largest resident size / at the smallest
+THIN_FLOOR_MAX = 1.10  # rdmaspawn.Popen latency / the C floor's
+NOISE_ALLOWANCE = 0.05  # what "1.0 within noise" allows, side by side in one run
+LATENCY_VS_DEFAULT_MAX = 1.0 + NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen latency
+THROUGHPUT_VS_DEFAULT_MIN = 1.0 - NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen spawns/s
+THROUGHPUT_THREADS = (2, 4)  # thread counts the throughput comparison is made at
+PARALLEL_MIN = 1.6  # rdmaspawn.Popen spawns/s with 2 threads / with 1
+MIN_ROUNDS_FOR_SPREAD = 4  # rounds below which a round-by-round spread says nothing
+
+FLAT_SPAWNERS = ((RDMASPAWN, "rdmaspawn.Popen"), (ENGINE, "engine"))
+
+
+def add_ratios(report: Report) -> None:
+    """Each spawner's median over the floor's and over subprocess.Popen's, per configuration."""
+    for r in report.results:
+        floor = r.spawners.get(FLOOR)
+        default = r.spawners.get(DEFAULT_PATH)
+        floor_median = floor.median_us if floor is not None and floor.measured else None
+        default_median = default.median_us if default is not None and default.measured else None
+        for f in r.spawners.values():
+            if f.measured:
+                f.ratio_to_floor = ratio(f.median_us, floor_median)
+                f.ratio_to_default = ratio(f.median_us, default_median)
+
+
+def growth_per_gib(report: Report) -> dict[str, float | None]:
+    """Least-squares growth of each spawner's median latency, in us per GiB, at the latency
+    thread count; None with fewer than two sizes."""
+    out: dict[str, float | None] = {}
+    threads = report.settings.latency_threads
+    for sid in report.spawner_ids():
+        pts = []
+        for m in report.settings.mem_gib_measured:
+            f = report.figures(m, threads, sid)
+            if f is not None and f.median_us is not None:
+                pts.append((m, f.median_us))
+        mx = sum(p[0] for p in pts) / len(pts) if pts else 0.0
+        my = sum(p[1] for p in pts) / len(pts) if pts else 0.0
+        sxx = sum((p[0] - mx) ** 2 for p in pts)
+        out[sid] = (
+            None if len(pts) < 2 or sxx == 0
+            else sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+        )
+    return out
+
+
+def _target(name: str, description: str, figure: float | None, op: str, threshold: float,
+            note: str, spread: list[float] | None = None) -> Target:
+    met: bool | None = None
+    if figure is not None:
+        met = figure <= threshold if op == "<=" else figure >= threshold
+    if spread is not None:
+        note += f"; round by round {spread[0]:.2f} .. {spread[1]:.2f} (p25 .. p75)"
+    return Target(name, description, figure, op, threshold, met, note, spread)
+
+
+def round_ratio_spread(a: list[float], b: list[float]) -> list[float] | None:
+    """[p25, p75] of a[k] / b[k], the two spawners' batches of round k; None with
+    fewer than MIN_ROUNDS_FOR_SPREAD rounds."""
+    ratios = sorted(x / y for x, y in zip(a, b) if y > 0)
+    if len(ratios) < MIN_ROUNDS_FOR_SPREAD:
+        return None
+    p25, p75 = quantile(ratios, 0.25), quantile(ratios, 0.75)
+    return None if p25 is None or p75 is None else [round(p25, 4), round(p75, 4)]
+
+
+def _side_by_side(report: Report, mem: float, threads: int, latency: bool
+                  ) -> tuple[float | None, list[float] | None]:
+    """rdmaspawn.Popen over subprocess.Popen in one configuration: (ratio of the medians
+    or of the throughputs, its round-by-round spread)."""
+    rd = report.figures(mem, threads, RDMASPAWN)
+    df = report.figures(mem, threads, DEFAULT_PATH)
+    if rd is None or df is None:
+        return None, None
+    if latency:
+        return (ratio(rd.median_us, df.median_us),
+                round_ratio_spread(rd.batch_median_us, df.batch_median_us))
+    return (ratio(rd.throughput_per_s, df.throughput_per_s),
+            round_ratio_spread(rd.batch_throughput_per_s, df.batch_throughput_per_s))
+
+
+def _median(report: Report, mem: float, threads: int, sid: str) -> float | None:
+    f = report.figures(mem, threads, sid)
+    return f.median_us if f is not None else None
+
+
+def _rate(report: Report, mem: float, threads: int, sid: str) -> float | None:
+    f = report.figures(mem, threads, sid)
+    return f.throughput_per_s if f is not None else None
+
+
+def targets(report: Report) -> list[Target]:
+    mems = report.settings.mem_gib_measured
+    threads = report.settings.threads
+    lat_threads = report.settings.latency_threads
+    out: list[Target] = []
+    if not mems:
+        return out
+    lo, hi = min(mems), max(mems)
+
+    for sid, label in FLAT_SPAWNERS:
+        fig = None
+        note = "needs two resident sizes"
+        if hi > lo:
+            fig = ratio(_median(report, hi, lat_threads, sid),
+                        _median(report, lo, lat_threads, sid))
+            note = f"median at {fmt_gib(hi)} / at {fmt_gib(lo)}, {lat_threads} thread(s)"
+        out.append(_target(f"flat ({label})", f"{label} latency, largest / smallest resident size",
+                           fig, "<=", FLAT_MAX, note))
+
+    where = f"median at {fmt_gib(lo)}, {lat_threads} thread(s)"
+    rd = _median(report, lo, lat_threads, RDMASPAWN)
+    out.append(_target("thin (floor)", "rdmaspawn.Popen(...).wait() / C posix_spawn floor",
+                       ratio(rd, _median(report, lo, lat_threads, FLOOR)), "<=", THIN_FLOOR_MAX,
+                       where))
+    fig, spread = _side_by_side(report, lo, lat_threads, latency=True)
+    out.append(_target(
+        "latency vs subprocess",
+        "rdmaspawn.Popen(...).wait() / subprocess.Popen(...).wait(), CPython's default path",
+        fig, "<=", LATENCY_VS_DEFAULT_MAX,
+        f"{where}; 1.0 wanted, {NOISE_ALLOWANCE:g} allowed for noise", spread))
+
+    for n in THROUGHPUT_THREADS:
+        fig, spread = None, None
+        note = f"not measured: needs --threads with {n}"
+        if n in threads:
+            fig, spread = _side_by_side(report, lo, n, latency=False)
+            note = (f"spawns/s at {fmt_gib(lo)}, {n} threads at once; 1.0 wanted, "
+                    f"{NOISE_ALLOWANCE:g} allowed for noise")
+        out.append(_target(
+            f"throughput vs subprocess ({n} threads)",
+            f"rdmaspawn.Popen spawns/s / subprocess.Popen spawns/s, {n} threads spawning",
+            fig, ">=", THROUGHPUT_VS_DEFAULT_MIN, note, spread))
+
+    fig = None
+    note = "not measured: needs --threads with 1 and 2"
+    if 1 in threads and 2 in threads:
+        fig = ratio(_rate(report, lo, 2, RDMASPAWN), _rate(report, lo, 1, RDMASPAWN))
+        note = f"rdmaspawn.Popen spawns/s at {fmt_gib(lo)}, 2 threads / 1 thread"
+    out.append(_target("parallel", "throughput of 2 threads / 1 thread", fig, ">=", PARALLEL_MIN,
+                       note))
+    return out
+
+
+def analyse(report: Report) -> None:
+    """Fill in the derived figures: ratios, growth per GiB and the targets."""
+    add_ratios(report)
+    report.growth_us_per_gib = growth_per_gib(report)
+    report.targets = targets(report)
+
+
+# The C floor's p90 over its p10 beyond which the machine itself is adding
+# latency to spawns (on VMs, often the wake-up of an idle vCPU).
+NOISY_FLOOR_SPREAD = 5.0
+
+
+def noisy_floor(report: Report) -> tuple[float, float] | None:
+    """(p10, p90) of the first size whose floor is spread wide, or None."""
+    for m in report.settings.mem_gib_measured:
+        f = report.figures(m, report.settings.latency_threads, FLOOR)
+        if f is not None and f.p10_us and f.p90_us and f.p90_us > NOISY_FLOOR_SPREAD * f.p10_us:
+            return f.p10_us, f.p90_us
+    return None
+
+
+def fmt_figure(t: Target) -> str:
+    """The target's figure with enough digits that it cannot read as the other verdict:
+    1.101 against "<= 1.1" shows as 1.101, never as 1.10."""
+    if t.figure is None:
+        return "-"
+    for digits in range(2, 7):
+        shown = round(t.figure, digits)
+        if (shown <= t.threshold if t.op == "<=" else shown >= t.threshold) == t.met:
+            break
+    return f"{t.figure:.{digits}f}"
+
+
+def verdict(t: Target) -> str:
+    """The one word every report uses for a target's verdict."""
+    return "not measured" if t.met is None else ("met" if t.met else "missed")

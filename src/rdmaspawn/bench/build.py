@@ -1,0 +1,92 @@
+"""Build the benchmark's two C programs with the system compiler, at run time.
+
+``noop.c`` is the child every spawner starts (static, one execve and one
+exit_group where the compiler allows, so that what is measured is the spawner);
+``floor.c`` is a posix_spawn + waitpid loop in C, the floor any spawner can
+reach.  Without a compiler the child is ``/bin/true`` and there is no floor:
+the report says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SOURCES = Path(__file__).resolve().parent  # noop.c and floor.c ship beside this file
+FALLBACK_CHILD = "/bin/true"
+COMPILE_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 60
+
+# How to build the no-op child, best first.
+NOOP_ATTEMPTS = (
+    ("static, -nostdlib, raw exit_group", ["-static", "-O2", "-nostdlib", "-DNOOP_NOSTDLIB"]),
+    ("static, libc", ["-static", "-O2"]),
+)
+
+
+@dataclass
+class Built:
+    child: str  # the executable every spawner starts
+    child_kind: str  # how it was built, for the report
+    floor: str | None  # the floor program, or None
+    floor_reason: str  # why there is no floor, or how it was built
+    cc: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def _compile(args: list[str]) -> tuple[bool, str]:
+    """(succeeded, the compiler's last words)."""
+    try:
+        r = subprocess.run(
+            args, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    out = (r.stderr or r.stdout).strip()
+    return r.returncode == 0, out.splitlines()[-1] if out else ""
+
+
+def _runs_ok(args: list[str]) -> tuple[bool, str]:
+    try:
+        r = subprocess.run(args, capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    return r.returncode == 0, r.stdout.decode(errors="replace").strip()
+
+
+def find_cc() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def build(workdir: Path) -> Built:
+    """Compile noop.c and floor.c into workdir."""
+    cc = find_cc()
+    if cc is None:
+        note = "no C compiler: the child is /bin/true and there is no floor"
+        return Built(FALLBACK_CHILD, "/bin/true (fallback)", None, "no C compiler (cc) found",
+                     None, [note])
+
+    notes: list[str] = []
+    child, child_kind = FALLBACK_CHILD, "/bin/true (fallback)"
+    noop = workdir / "noop"
+    errors = []
+    for kind, flags in NOOP_ATTEMPTS:
+        ok, err = _compile([cc, *flags, "-o", str(noop), str(SOURCES / "noop.c")])
+        if ok and _runs_ok([str(noop)])[0]:
+            child, child_kind = str(noop), kind
+            break
+        errors.append(f"{kind}: {err or 'does not run'}")
+    else:
+        notes.append("could not build the no-op child, using /bin/true: " + "; ".join(errors))
+
+    floor_bin = workdir / "floor"
+    ok, err = _compile([cc, "-O2", "-pthread", "-o", str(floor_bin), str(SOURCES / "floor.c")])
+    if not ok:
+        return Built(child, child_kind, None, f"cc failed on floor.c: {err or '?'}", cc, notes)
+    ok, out = _runs_ok([str(floor_bin), "1", "1", child])
+    if not ok:
+        return Built(child, child_kind, None, f"floor does not run: {out}", cc, notes)
+    return Built(child, child_kind, str(floor_bin), "built with " + cc, cc, notes)

@@ -1,0 +1,91 @@
+"""What backs each MADV_DONTFORK mapping, and how badly a fork() child would trip on it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ..._procfs import Mapping, thread_heap_base
+
+__all__ = ["RISK_ORDER", "Finding", "classify"]
+
+#: "none" < "low" < "medium" < "high".
+RISK_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One MADV_DONTFORK mapping and what it means."""
+
+    mapping: Mapping
+    #: "heap", "arena", "stack", "anon-adjacent", "anon", "shm", "file", "device", "other".
+    kind: str
+    #: "high", "medium", "low" or "none".
+    risk: str
+    #: Plain words: what backs it and why that matters.
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.mapping
+        return {
+            "start": f"0x{m.start:x}",
+            "end": f"0x{m.end:x}",
+            "size": m.size,
+            "perms": m.perms,
+            "path": m.path,
+            "rss_kb": m.rss_kb,
+            "vmflags": sorted(m.vmflags),
+            "kind": self.kind,
+            "risk": self.risk,
+            "note": self.note,
+        }
+
+
+def classify(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
+    """The :class:`Finding` for DONTFORK mapping ``m`` among all the process's ``ordered``."""
+    path = m.path
+    if m.device:
+        return Finding(m, "device", "none",
+                       f"device memory mapped by its driver ({path}), marked by the driver; "
+                       "a child that only execs never touches it")
+    if path == "[heap]":
+        return Finding(m, "heap", "high",
+                       "the main malloc heap (brk): malloc's chunk headers and Python objects "
+                       "live here; a fork() child that allocates or frees memory crashes")
+    if path == "[stack]":
+        return Finding(m, "stack", "high",
+                       "the main thread's stack: a fork() child crashes at once")
+    base = thread_heap_base(m.start, ordered) if m.anonymous else None
+    if base is not None:
+        where = "its heap_info header and malloc_state" if m.start == base else "its chunks"
+        return Finding(m, "arena", "high",
+                       f"inside a glibc thread malloc arena (heap at 0x{base:x}, {where}): "
+                       "glibc's fork handler and every malloc/free in the child touch it")
+    if m.anonymous:
+        return _anonymous(m, ordered)
+    if path.startswith("/dev/shm/"):
+        return Finding(m, "shm", "low",
+                       f"POSIX shared memory ({path}), e.g. a communication buffer another "
+                       "process also maps: a fork() child crashes only if it touches it, and "
+                       "the other processes keep their own mapping")
+    if path.startswith("/"):
+        return Finding(m, "file", "low",
+                       f"a mapped file ({path}): a fork() child crashes only if it touches it")
+    return Finding(m, "other", "low", f"kernel pseudo-mapping {path}")
+
+
+def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
+    """Anonymous memory outside the malloc heaps: bordering other memory, or on its own."""
+    near = [x for x in ordered
+            if (x.end == m.start or x.start == m.end)
+            and (x.anonymous or x.path == "[heap]" or thread_heap_base(x.start, ordered))]
+    if near:
+        what = ", ".join(x.path or f"anonymous 0x{x.start:x}" for x in near)
+        return Finding(m, "anon-adjacent", "medium",
+                       f"anonymous memory bordering other anonymous memory ({what}): likely "
+                       "split off a malloc'd block or memory next to Python's object arenas; "
+                       "the rest of those pages is lost to a fork() child")
+    return Finding(m, "anon", "low",
+                   "an anonymous mapping of its own (a page-aligned buffer, e.g. mmap or "
+                   "posix_memalign): a fork() child crashes only if it touches this buffer")

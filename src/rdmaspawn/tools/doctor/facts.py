@@ -1,0 +1,167 @@
+"""What decides whether libibverbs marks memory DONTFORK on this machine.
+
+One named constant per fact, with where it comes from.  The doctor's wording
+(:mod:`.protection`) asks these functions; nothing else knows the versions.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import re
+import socket
+import struct
+
+__all__ = [
+    "COPY_ON_FORK_KERNEL",
+    "ENGINE_MODULE",
+    "ENV_VARS",
+    "RDMA_CORE_ASKS_KERNEL",
+    "RDMA_CORE_SKIPS_MARKING",
+    "RDMA_LIBS",
+    "kernel_copies_pinned_pages",
+    "kernel_version",
+    "rdma_core_version",
+    "rdma_netlink_copy_on_fork",
+]
+
+#: First Linux release that reports over RDMA netlink that it copies
+#: DMA-pinned pages into the child at fork() (RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK,
+#: kernel commit "RDMA/nldev: Add copy-on-fork attribute to get sys command",
+#: Linux 5.13).
+COPY_ON_FORK_KERNEL = (5, 13)
+
+#: First rdma-core release whose libibverbs asks the kernel (over RDMA
+#: netlink) whether it copies pinned pages: ibv_is_fork_initialized() then
+#: returns IBV_FORK_UNNEEDED (rdma-core commit 67b00c3, "verbs: Report when
+#: ibv_fork_init() is not needed", v35.0). ibv_fork_init() still marks.
+RDMA_CORE_ASKS_KERNEL = 35
+
+#: First rdma-core release whose ibv_fork_init() does nothing where the kernel
+#: said it copies pinned pages, so no registration is marked DONTFORK
+#: (rdma-core commit 5a11b68, "libibverbs: ignore IBV_FORK_SAFE et.al. when
+#: kernel has fork support", v51.0). Releases 35-50 report "unneeded" and
+#: mark all the same.
+RDMA_CORE_SKIPS_MARKING = 51
+
+# RDMA netlink, from linux/netlink.h and rdma/rdma_netlink.h.
+_NETLINK_RDMA = 20
+_RDMA_NL_NLDEV = 5
+_RDMA_NLDEV_CMD_SYS_GET = 6
+_RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK = 93  # u8
+_NLM_F_REQUEST = 1
+_NLMSG_ERROR = 2
+_NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
+
+#: libibverbs' file name carries its rdma-core release:
+#: libibverbs.so.1.<ABI minor>.<rdma-core major>.0 (libibverbs.so.1.14.44.0
+#: is rdma-core 44; rdma-core's libibverbs/CMakeLists.txt sets the version).
+_VERBS_FILE = re.compile(r"libibverbs\.so\.1\.\d+\.(\d+)\.\d+$")
+
+#: The C core's module; mapped in a process that imported rdmaspawn's engine.
+ENGINE_MODULE = "_rdmaspawn_cffi"
+
+#: Libraries worth naming when they are mapped: they call ibv_fork_init() or
+#: register memory.  (file-name prefix, name shown)
+RDMA_LIBS = (
+    ("libibverbs.so", "libibverbs"),
+    ("libfabric.so", "libfabric"),
+    ("libuct_ib", "UCX (uct_ib)"),
+    ("libnccl", "NCCL"),
+    ("libefa", "EFA verbs provider"),
+    ("libmlx5", "mlx5 verbs provider"),
+)
+
+#: What each variable that changes fork behaviour does.  Sources: the
+#: ibv_fork_init(3) and ibv_is_fork_initialized(3) man pages and
+#: libibverbs/memory.c (rdma-core), libfabric's EFA provider (prov/efa, fork
+#: support), UCX's uct_ib_md config.
+ENV_VARS: dict[str, str] = {
+    "RDMAV_FORK_SAFE": (
+        "set to any value (even empty or 0): libibverbs calls ibv_fork_init() when it "
+        "initialises, so every registered buffer is marked MADV_DONTFORK, rounded out to "
+        "whole pages; a fork() child loses those pages. No effect where libibverbs learns "
+        "that the kernel copies pinned pages on fork (fork status 'unneeded') and is of rdma-core 51 or later"
+    ),
+    "IBV_FORK_SAFE": "older name of RDMAV_FORK_SAFE, same effect",
+    "RDMAV_HUGEPAGES_SAFE": (
+        "set to any value: with fork support on, libibverbs finds the real page size of "
+        "each registered range, so on huge pages the MADV_DONTFORK area grows to whole "
+        "huge pages; extra cost per registration"
+    ),
+    "FI_EFA_FORK_SAFE": (
+        "libfabric EFA provider: 1 turns on libibverbs fork support (ibv_fork_init(), "
+        "MADV_DONTFORK on registrations) and stops using huge pages for bounce buffers; "
+        "unset or 0 on a kernel without copy-on-fork makes recent libfabric abort the "
+        "process at fork() with a fork-safety message"
+    ),
+    "UCX_IB_FORK_INIT": (
+        "UCX IB transports: 'try' (default) calls ibv_fork_init() and carries on if it "
+        "fails, 'yes' calls it and fails without it, 'no' never calls it"
+    ),
+}
+
+
+def kernel_version(release: str | None = None) -> tuple[int, int] | None:
+    """(major, minor) of the running kernel (or of ``release``), None if unreadable."""
+    m = re.match(r"(\d+)\.(\d+)", platform.release() if release is None else release)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def kernel_copies_pinned_pages(release: str | None = None) -> bool | None:
+    """Whether the kernel is one that copies DMA-pinned pages at fork and says so."""
+    version = kernel_version(release)
+    return None if version is None else version >= COPY_ON_FORK_KERNEL
+
+
+def rdma_core_version(verbs_path: str | None) -> int | None:
+    """The rdma-core release of a libibverbs file (symlinks resolved), else None."""
+    if not verbs_path:
+        return None
+    m = _VERBS_FILE.search(os.path.realpath(verbs_path))
+    return int(m.group(1)) if m else None
+
+
+def rdma_netlink_copy_on_fork() -> tuple[bool | None, str]:
+    """Ask the kernel what libibverbs (rdma-core >= 35) asks it: does it copy pinned pages?
+
+    Returns (answer, how it went): True or False when RDMA netlink answered,
+    None with the reason when it could not be asked -- then libibverbs cannot
+    ask either, and ibv_fork_init() marks DONTFORK as before.  RDMA netlink
+    exists once ib_core is loaded (any RDMA driver loads it).
+    """
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_RDMA)
+    except OSError as e:
+        if e.errno == errno.EPROTONOSUPPORT:
+            return None, "RDMA netlink is unavailable: ib_core is not loaded"
+        return None, f"RDMA netlink socket failed: {e.strerror}"
+    with sock:
+        sock.settimeout(2.0)
+        kind = (_RDMA_NL_NLDEV << 10) + _RDMA_NLDEV_CMD_SYS_GET
+        try:
+            sock.sendto(struct.pack("=IHHII", 16, kind, _NLM_F_REQUEST, 1, 0), (0, 0))
+            reply = sock.recv(65536)
+        except OSError as e:
+            return None, f"RDMA netlink did not answer: {e.strerror or e}"
+    return _copy_on_fork_attribute(reply)
+
+
+def _copy_on_fork_attribute(reply: bytes) -> tuple[bool | None, str]:
+    if len(reply) < 16:
+        return None, "RDMA netlink answered with a short message"
+    length, kind = struct.unpack_from("=IH", reply)
+    if kind == _NLMSG_ERROR:
+        err = -struct.unpack_from("=i", reply, 16)[0] if len(reply) >= 20 else 0
+        return None, f"RDMA netlink refused the query: {os.strerror(err)}"
+    pos, end = 16, min(length, len(reply))
+    while pos + 4 <= end:
+        nla_len, nla_type = struct.unpack_from("=HH", reply, pos)
+        if nla_len < 4:
+            break
+        if nla_type & _NLA_TYPE_MASK == _RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK and nla_len >= 5:
+            copies = bool(reply[pos + 4])
+            return copies, f"RDMA netlink answered: copy-on-fork {'on' if copies else 'off'}"
+        pos += (nla_len + 3) & ~3
+    return False, "RDMA netlink answered, without the copy-on-fork attribute (kernel < 5.13)"

@@ -1,0 +1,204 @@
+"""Gather the facts about one process (this one or another) into a :class:`Report`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from typing import Any
+
+from ..._procfs import (
+    Pid,
+    all_mappings,
+    exe_path,
+    library_paths,
+    max_map_count,
+    read_environ,
+)
+from .classify import classify
+from .facts import (
+    ENGINE_MODULE,
+    ENV_VARS,
+    RDMA_LIBS,
+    kernel_copies_pinned_pages,
+    rdma_core_version,
+    rdma_netlink_copy_on_fork,
+)
+from .protection import VerbsFacts, judge_protection
+from .report import Report
+from .verdict import judge
+
+__all__ = ["doctor", "mapped_libraries"]
+
+_FORK_NOTES = {
+    "unavailable": "libibverbs is not loaded in this process, so it has marked nothing",
+    "disabled": "ibv_fork_init() has not run: libibverbs does not madvise "
+                "registrations (other code still may)",
+    "enabled": "ibv_fork_init() has run: every ibv_reg_mr() marks its pages MADV_DONTFORK",
+    "unneeded": "the kernel copies DMA-pinned pages on fork; libibverbs marks nothing",
+}
+
+
+def mapped_libraries(pid: Pid) -> dict[str, str]:
+    """Name -> path of the RDMA libraries, and rdmaspawn's engine, mapped in the process."""
+    try:
+        found = library_paths([p for p, _ in RDMA_LIBS] + [ENGINE_MODULE], pid)
+    except OSError:
+        return {}
+    names = dict(RDMA_LIBS, **{ENGINE_MODULE: "rdmaspawn engine"})
+    return {names[prefix]: path for prefix, path in found.items()}
+
+
+def _environ_of(pid: int, is_self: bool) -> tuple[dict[str, str | None], str]:
+    if is_self:
+        return {k: os.environ.get(k) for k in ENV_VARS}, "this process, now"
+    try:
+        env = read_environ(pid)
+    except OSError as e:
+        return {k: None for k in ENV_VARS}, f"unreadable: {e.strerror or e}"
+    return {k: env.get(k) for k in ENV_VARS}, f"as the process started (/proc/{pid}/environ)"
+
+
+def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple[str, str]:
+    if version < (3, 10):
+        default = ("fork() then exec (3.9 has no vfork; posix_spawn only with close_fds=False "
+                   "and no other options)")
+    elif not use_vfork:
+        default = "fork() then exec (subprocess._USE_VFORK is False)"
+    else:
+        default = "vfork() then exec (safe: the child shares the parent's memory)"
+    return default, "fork() then exec (the child runs Python code or changes ids)"
+
+
+def _engine_facts() -> dict[str, Any]:
+    """libibverbs' fork status as this process's libibverbs (or the system's) reports it."""
+    try:
+        from rdmaspawn import _engine
+
+        st = _engine.fork_status()
+        return {"fork_status": st.state, "fork_library": st.library}
+    except Exception as e:  # engine not built or libibverbs trouble: say so, do not fail
+        return {"fork_status": None, "fork_library": None,
+                "fork_error": f"{type(e).__name__}: {e}"}
+
+
+def _self_facts() -> dict[str, Any]:
+    facts = _engine_facts()
+    try:
+        from rdmaspawn.dropin import patch as _patch
+
+        facts["patched"] = bool(_patch.is_patched())
+    except Exception:
+        facts["patched"] = None
+    # Only look at the guard if something imported it: not imported, not on.
+    guard_mod = sys.modules.get("rdmaspawn.tools.guard")
+    facts["guarded"] = guard_mod.is_guarded() if guard_mod is not None else None
+    import multiprocessing
+    import multiprocessing.context as mpctx
+
+    facts["mp_start_method"] = multiprocessing.get_start_method(allow_none=True)
+    try:
+        facts["mp_default"] = mpctx._default_context._default_context._name  # type: ignore[attr-defined]
+    except AttributeError:
+        facts["mp_default"] = None
+    import subprocess
+
+    facts["use_vfork"] = bool(getattr(subprocess, "_USE_VFORK", True))
+    return facts
+
+
+def _other_python(pid: int) -> str:
+    try:
+        exe = exe_path(pid)
+    except OSError:
+        return f"unknown (cannot read /proc/{pid}/exe)"
+    m = re.search(r"python(\d+\.\d+)", os.path.basename(exe))
+    if m:
+        return f"{m.group(1)} (from its executable {exe})"
+    return f"unknown (executable {exe})"
+
+
+def doctor(pid: int | None = None) -> Report:
+    """Inspect this process (``pid=None``) or another one and return a :class:`Report`.
+
+    Raises :class:`~rdmaspawn._procfs.NoSuchProcessError` (a
+    ``ProcessLookupError`` and ``FileNotFoundError``) when there is no such
+    process and ``PermissionError`` when its memory map may not be read.
+    """
+    is_self = pid is None or pid == os.getpid()
+    target: Pid = "self" if is_self or pid is None else pid
+    real_pid = os.getpid() if is_self or pid is None else pid
+    mappings = all_mappings(target)
+    findings = [classify(m, mappings) for m in mappings if m.dontfork]
+    libs = mapped_libraries(target)
+    env, env_source = _environ_of(real_pid, is_self)
+    notes: list[str] = []
+    if mappings and not any(m.vmflags for m in mappings):
+        notes.append("this kernel does not show VmFlags in smaps (Linux < 3.8): "
+                     "MADV_DONTFORK mappings cannot be seen")
+
+    loaded_verbs = libs.get("libibverbs")
+    facts = _self_facts() if is_self else _engine_facts()
+    system_verbs = facts.get("fork_library")
+    verbs_path = loaded_verbs or (os.path.realpath(system_verbs) if system_verbs else None)
+    if is_self:
+        version: tuple[int, int] = sys.version_info[:2]
+        python = f"{platform.python_version()} ({sys.executable})"
+        fork_status = facts["fork_status"]
+        if fork_status is None:
+            fork_note = f"cannot ask libibverbs ({facts.get('fork_error', 'unknown error')})"
+        else:
+            fork_note = _FORK_NOTES.get(fork_status, "")
+            if not loaded_verbs and fork_status != "unavailable":
+                fork_note = ("libibverbs is not loaded here; this is what it would say if it "
+                             f"were ({facts.get('fork_library')}): {fork_note}")
+        default, preexec = _subprocess_paths(version, facts["use_vfork"])
+        patched, guarded = facts["patched"], facts["guarded"]
+        mp_method, mp_default = facts["mp_start_method"], facts["mp_default"]
+        if patched:
+            default = "rdmaspawn engine (CLONE_VM|CLONE_VFORK, safe): rdmaspawn.patch() is in force"
+    else:
+        python = _other_python(real_pid)
+        m = re.match(r"(\d+)\.(\d+)", python)
+        if m:
+            default, preexec = _subprocess_paths((int(m.group(1)), int(m.group(2))))
+        else:
+            default = preexec = "unknown (not a recognisable Python executable)"
+        patched = guarded = mp_method = mp_default = fork_status = None
+        fork_note = _outside_fork_note(loaded_verbs, env, findings)
+
+    cof, netlink_note = rdma_netlink_copy_on_fork()
+    verbs = VerbsFacts(
+        kernel=platform.release(),
+        kernel_copies=kernel_copies_pinned_pages(),
+        verbs_path=verbs_path,
+        rdma_core=rdma_core_version(verbs_path),
+        netlink_copy_on_fork=cof,
+        netlink_note=netlink_note,
+        fork_status=fork_status,
+    )
+    report = Report(
+        pid=real_pid, is_self=is_self, verdict="OK", problems=[], advice=[],
+        findings=findings, map_count=len(mappings), max_map_count=max_map_count(),
+        libraries=libs, verbs_loaded=loaded_verbs is not None, verbs_library=verbs_path,
+        rdma_core=verbs.rdma_core, fork_status=fork_status, fork_status_note=fork_note,
+        fork_protection=judge_protection(verbs), environment=env,
+        environment_source=env_source, kernel=verbs.kernel,
+        kernel_copies_pinned_pages=verbs.kernel_copies, rdma_netlink=netlink_note,
+        python=python, subprocess_default=default, subprocess_preexec=preexec,
+        engine_loaded="rdmaspawn engine" in libs, patched=patched, guarded=guarded,
+        mp_start_method=mp_method, mp_default_start_method=mp_default, notes=notes,
+    )
+    judge(report)
+    return report
+
+
+def _outside_fork_note(verbs_path: str | None, env: dict[str, str | None],
+                       findings: list[Any]) -> str:
+    inferred = ["libibverbs is loaded" if verbs_path else "libibverbs is not loaded"]
+    if env.get("RDMAV_FORK_SAFE") is not None or env.get("IBV_FORK_SAFE") is not None:
+        inferred.append("its environment asks for fork protection (RDMAV_FORK_SAFE/IBV_FORK_SAFE)")
+    if any(f.risk != "none" for f in findings):
+        inferred.append("something in it called madvise(MADV_DONTFORK)")
+    return "only the process itself can ask libibverbs; from outside: " + "; ".join(inferred)

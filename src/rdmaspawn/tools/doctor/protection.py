@@ -1,0 +1,91 @@
+"""In words a user acts on: does libibverbs mark DONTFORK here, and what removes that?
+
+The situations, in the order they are tried (first match wins):
+
+=============  ===============================================================
+case           when
+=============  ===============================================================
+no-verbs       no libibverbs in the process nor on the machine
+kernel-old     the kernel is older than 5.13 (or its netlink says no
+               copy-on-fork): marking is needed and the hazard is real
+verbs-old      kernel >= 5.13 but rdma-core < 51: its ibv_fork_init() marks
+               anyway (35-50 even report "unneeded" while they mark)
+unneeded       kernel >= 5.13, rdma-core >= 51, and the kernel said so over
+               RDMA netlink (or libibverbs reported "unneeded"): nothing marked
+cannot-ask     kernel >= 5.13, rdma-core >= 51, but RDMA netlink cannot be
+               asked (ib_core not loaded): it falls back to marking
+=============  ===============================================================
+
+The facts and their sources are in :mod:`.facts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .facts import COPY_ON_FORK_KERNEL, RDMA_CORE_SKIPS_MARKING
+
+__all__ = ["Protection", "VerbsFacts", "judge_protection"]
+
+_KERNEL = ".".join(map(str, COPY_ON_FORK_KERNEL))
+_UNTIL = "until then start children with rdmaspawn"
+
+
+@dataclasses.dataclass(frozen=True)
+class VerbsFacts:
+    """What the doctor learnt about libibverbs and the kernel."""
+
+    kernel: str
+    kernel_copies: bool | None
+    verbs_path: str | None
+    rdma_core: int | None
+    netlink_copy_on_fork: bool | None
+    netlink_note: str
+    fork_status: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Protection:
+    """The case (see the module's table) and the sentence that says it."""
+
+    case: str
+    text: str
+    #: Whether libibverbs marks registrations DONTFORK once fork protection is on.
+    marks: bool
+
+
+def _verbs_name(f: VerbsFacts) -> str:
+    if f.rdma_core is None:
+        return "libibverbs (release unknown)"
+    return f"the libibverbs of rdma-core {f.rdma_core}"
+
+
+def judge_protection(f: VerbsFacts) -> Protection:
+    """Pick the case for these facts and say it."""
+    kernel = f"this kernel ({f.kernel})"
+    if f.verbs_path is None and f.fork_status in (None, "unavailable"):
+        return Protection("no-verbs", "libibverbs is not installed here, so it marks nothing; "
+                          "MADV_DONTFORK memory, if any, comes from code that calls madvise() "
+                          "itself", False)
+    verbs = _verbs_name(f)
+    if not f.kernel_copies or f.netlink_copy_on_fork is False:
+        return Protection("kernel-old", f"{kernel} does not copy DMA-pinned pages at fork, so "
+                          f"with fork protection on (ibv_fork_init(), RDMAV_FORK_SAFE) {verbs} "
+                          "must mark registrations DONTFORK and a fork() child loses those "
+                          f"pages: Linux >= {_KERNEL} with rdma-core >= {RDMA_CORE_SKIPS_MARKING} "
+                          f"removes the hazard at its root; {_UNTIL}", True)
+    if f.rdma_core is not None and f.rdma_core < RDMA_CORE_SKIPS_MARKING:
+        return Protection("verbs-old", f"{kernel} copies DMA-pinned pages at fork, but {verbs} "
+                          "marks registrations DONTFORK anyway once ibv_fork_init() has run: "
+                          f"upgrade rdma-core to {RDMA_CORE_SKIPS_MARKING} or later to remove "
+                          f"the hazard at its root; {_UNTIL}", True)
+    if f.fork_status == "unneeded" or f.netlink_copy_on_fork is True:
+        return Protection("unneeded", f"{kernel} copies DMA-pinned pages at fork and {verbs} "
+                          "asked it: libibverbs marks nothing (fork status 'unneeded'); "
+                          "MADV_DONTFORK memory, if any, comes from code that calls madvise() "
+                          "itself", False)
+    return Protection("cannot-ask", f"{kernel} copies DMA-pinned pages at fork and {verbs} "
+                      f"would ask it, but cannot here ({f.netlink_note}), so ibv_fork_init() "
+                      "still marks registrations DONTFORK: on a node whose RDMA driver is "
+                      "loaded (it loads ib_core) libibverbs marks nothing; "
+                      f"{_UNTIL}", True)
