@@ -1,6 +1,6 @@
 """A real training job under the real DONTFORK hazard: torchrun, gloo, and children.
 
-Each rank (tests/torch/rank.py) plants the hazard, all-reduces over gloo,
+Each rank (tests/torch_job/rank.py) plants the hazard, all-reduces over gloo,
 then starts children every way a training job does, each API with its
 defaults, and reports each outcome as a JSON line (see the rank's docstring).
 The tests launch it with torchrun:
@@ -14,6 +14,10 @@ The tests launch it with torchrun:
 torch is installed in CI on CPython 3.11 only (a CPU wheel there; elsewhere
 pip would fetch multi-GB CUDA builds). Where it is missing these tests skip,
 or fail under RDMASPAWN_REQUIRE_TORCH=1.
+
+The rank's files live in tests/torch_job/, not tests/torch/: pytest puts
+tests/ on sys.path, and where torch is not installed a directory named
+``torch`` there would import as an (empty) namespace package called torch.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from typing import Any
 import pytest
 from hazard_helpers import require_torch
 
-RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch", "rank.py")
+RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_job", "rank.py")
 
 # What each way gives in a rank that holds the hazard, without rdmaspawn, on
 # CPython 3.11 (where subprocess uses vfork unless it must change ids): a

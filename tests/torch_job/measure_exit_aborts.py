@@ -1,6 +1,6 @@
 """Count torchrun jobs in which a rank aborts at exit, with and without rdmaspawn.
 
-    python tests/torch/measure_exit_aborts.py [--runs 40] [--parallel 2] [--spawn]
+    python tests/torch_job/measure_exit_aborts.py [--runs 40] [--parallel 2] [--spawn]
         [--destroy] [--variant VALUE ...]
 
 Runs ``torchrun --standalone --nproc-per-node 2 gloo_exit.py`` ``--runs``
