@@ -40,9 +40,12 @@ def apply(settings: Settings) -> list[str]:
         patch()
         done.append("patch()")
     if settings.guard is not None:
+        from .dropin.poolhandler import install
         from .tools.guard import guard
 
         guard(settings.guard)
+        # A refused fork in a Pool's worker handler fails the job, not hangs it.
+        install()
         done.append(f"guard({settings.guard!r})")
     if settings.start_method is not None:
         from .dropin.startmethod import prefer_start_method

@@ -1,0 +1,212 @@
+"""The RDMASPAWN switch and its .pth hook, in real child interpreters.
+
+Pins down: nothing is imported when the variable is unset; each item applies;
+bad items are one line each and the rest still applies; the verbose line is
+said once although site.py processes a venv's .pth files twice; -S skips it
+and -I keeps it; an interpreter that cannot import rdmaspawn (another venv, a
+broken install) runs normally; a user's sitecustomize and PYTHONSTARTUP run
+after the hook and keep the last word.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rdmaspawn._switch import ON, Settings, parse
+
+HOOK = "rdmaspawn-autostart.pth"
+
+_REPORT = textwrap.dedent("""\
+    import json, sys
+    out = {"imported": "rdmaspawn" in sys.modules}
+    if out["imported"]:
+        import multiprocessing, rdmaspawn
+        from rdmaspawn.tools.guard import is_guarded
+        out.update(patched=rdmaspawn.is_patched(), guard=is_guarded(),
+                   start_method=multiprocessing.get_start_method())
+    print(json.dumps(out))
+""")
+
+
+def env_with(value: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
+    if value is not None:
+        env["RDMASPAWN"] = value
+    return env
+
+
+def python(*args: str, value: str | None, exe: str = sys.executable, cwd: str | None = None,
+           extra_env: dict[str, str] | None = None, stdin: str | None = None,
+           ) -> subprocess.CompletedProcess[str]:
+    env = env_with(value)
+    env.update(extra_env or {})
+    return subprocess.run([exe, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          input=stdin, timeout=60, check=False)
+
+
+def report(*flags: str, value: str | None, **kw: object) -> dict[str, object]:
+    import json
+
+    r = python(*flags, "-c", _REPORT, value=value, **kw)  # type: ignore[arg-type]
+    assert r.returncode == 0, r.stderr
+    return {"stderr": r.stderr, **json.loads(r.stdout)}
+
+
+def installed_hook() -> str:
+    """The .pth file the installed rdmaspawn put in site-packages."""
+    for entry in sys.path:
+        path = os.path.join(entry, HOOK)
+        if os.path.isfile(path):
+            return path
+    pytest.fail(f"{HOOK} is not installed in any sys.path directory of {sys.executable}")
+
+
+def test_parse_items() -> None:
+    """Each item of the grammar, the 'on' alias, and to_env() round trips."""
+    assert parse("") == (Settings(), [])
+    assert parse("off") == (Settings(), [])
+    assert parse("on")[0] == ON
+    assert parse("1,verbose")[0] == Settings(True, "raise", "forkserver", True)
+    assert parse(" patch , guard ")[0] == Settings(patch=True, guard="warn")
+    assert parse("start-method=spawn")[0] == Settings(start_method="spawn")
+    for s in (ON, Settings(patch=True, verbose=True), Settings(guard="warn"), Settings()):
+        assert parse(s.to_env())[0] == s
+    settings, problems = parse("patch,guard=maybe,bogus,start_method=fork")
+    assert settings == Settings(patch=True)
+    assert len(problems) == 3 and all("RDMASPAWN" in p for p in problems)
+
+
+def test_hook_is_installed_beside_the_package() -> None:
+    """`pip install` (wheel or -e) put the hook at the top of a site directory."""
+    hook = installed_hook()
+    import site
+
+    site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
+    assert os.path.realpath(os.path.dirname(hook)) in site_dirs
+
+
+def test_unset_imports_nothing() -> None:
+    """With RDMASPAWN unset (or off) the interpreter never imports rdmaspawn."""
+    assert report(value=None) == {"stderr": "", "imported": False}
+    assert report(value="off") == {"stderr": "", "imported": False}
+
+
+def test_on_applies_everything() -> None:
+    out = report(value="on")
+    assert out == {"stderr": "", "imported": True, "patched": True, "guard": "raise",
+                   "start_method": "forkserver"}
+
+
+def test_items_apply_one_by_one() -> None:
+    assert report(value="patch") == {"stderr": "", "imported": True, "patched": True,
+                                     "guard": None, "start_method": "fork"}
+    assert report(value="guard=warn,start_method=spawn") == {
+        "stderr": "", "imported": True, "patched": False, "guard": "warn",
+        "start_method": "spawn"}
+
+
+def test_verbose_says_once() -> None:
+    """One line, although site.py runs a venv's .pth files twice."""
+    out = report(value="on,verbose")
+    lines = str(out["stderr"]).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("rdmaspawn: RDMASPAWN='on,verbose' in pid ")
+    assert "patch(); guard('raise'); multiprocessing's default start method is forkserver" \
+        in lines[0]
+
+
+def test_bad_items_warn_in_one_line_each_and_the_rest_applies() -> None:
+    out = report(value="patch,guard=loud,frobnicate")
+    lines = str(out["stderr"]).splitlines()
+    assert len(lines) == 2, lines
+    assert all(line.startswith("rdmaspawn: ignoring ") for line in lines)
+    assert "Traceback" not in str(out["stderr"])
+    assert out["patched"] is True and out["guard"] is None
+
+
+def test_minus_S_skips_the_hook() -> None:
+    """python -S processes no .pth file: the hook cannot run, nothing breaks."""
+    r = python("-S", "-c", "import sys; print('rdmaspawn' in sys.modules)", value="on,verbose")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "False\n", "")
+
+
+def test_minus_I_keeps_the_hook() -> None:
+    """-I ignores PYTHON* variables and the user site, not site-packages nor RDMASPAWN."""
+    out = report("-I", value="on")
+    assert out["patched"] is True and out["guard"] == "raise"
+
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv of the same Python without rdmaspawn (and without pip: quick)."""
+    root = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
+                   timeout=120)
+    return root
+
+
+def _site_packages(venv: Path) -> Path:
+    (found,) = glob.glob(str(venv / "lib" / "python3*" / "site-packages"))
+    return Path(found)
+
+
+def test_another_venv_is_untouched(bare_venv: Path) -> None:
+    """A Python without rdmaspawn installed ignores RDMASPAWN (there is no hook there)."""
+    r = python("-c", "print('ran')", value="on,verbose", exe=str(bare_venv / "bin" / "python"))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "ran\n", "")
+
+
+@pytest.mark.parametrize("package", [None, "raise ImportError('the C core is missing\\nmore')"])
+def test_broken_install_says_one_line(bare_venv: Path, package: str | None) -> None:
+    """The hook without an importable rdmaspawn: one line on stderr, the program runs."""
+    site_dir = _site_packages(bare_venv)
+    shutil.copy(installed_hook(), site_dir / HOOK)
+    pkg = site_dir / "rdmaspawn"
+    try:
+        if package is not None:
+            pkg.mkdir()
+            (pkg / "__init__.py").write_text(package + "\n")
+        r = python("-c", "print('ran')", value="on,verbose", exe=str(bare_venv / "bin" / "python"))
+        unset = python("-c", "print('ran')", value=None, exe=str(bare_venv / "bin" / "python"))
+    finally:
+        (site_dir / HOOK).unlink()
+        shutil.rmtree(pkg, ignore_errors=True)
+    assert (r.returncode, r.stdout) == (0, "ran\n")
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("rdmaspawn: RDMASPAWN is set but rdmaspawn cannot be imported (")
+    assert ("ModuleNotFoundError" if package is None else "the C core is missing") in lines[0]
+    assert (unset.returncode, unset.stdout, unset.stderr) == (0, "ran\n", "")
+
+
+def test_sitecustomize_runs_after_the_hook_and_keeps_its_choices(tmp_path: Path) -> None:
+    """The user's sitecustomize sees rdmaspawn in force and may choose a start method."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""\
+        import multiprocessing, sys
+        import rdmaspawn
+        sys.sitecustomize_saw_patched = rdmaspawn.is_patched()
+        multiprocessing.set_start_method("spawn")
+    """))
+    code = ("import multiprocessing, sys, rdmaspawn; "
+            "print(sys.sitecustomize_saw_patched, rdmaspawn.is_patched(), "
+            "multiprocessing.get_start_method())")
+    r = python("-c", code, value="on", extra_env={"PYTHONPATH": str(tmp_path)}, cwd=str(tmp_path))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "True True spawn\n", "")
+
+
+def test_pythonstartup_runs_and_the_hook_stays(tmp_path: Path) -> None:
+    """An interactive session's PYTHONSTARTUP file runs, after the hook."""
+    startup = tmp_path / "startup.py"
+    startup.write_text("import rdmaspawn\nstartup_saw_patched = rdmaspawn.is_patched()\n")
+    r = python("-i", "-q", value="on", extra_env={"PYTHONSTARTUP": str(startup)},
+               stdin="import rdmaspawn\nprint('RESULT', startup_saw_patched, "
+                     "rdmaspawn.is_patched())\n", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "RESULT True True" in r.stdout, (r.stdout, r.stderr)

@@ -1,0 +1,82 @@
+"""A Pool whose worker handler cannot start a replacement fails its waiting results, never hangs.
+
+The pool is made (fork, the default) before the process takes DONTFORK memory;
+maxtasksperchild=1 makes its handler thread fork replacements afterwards, while
+map() waits (chunksize=1: with no worker alive, map's own chunksize arithmetic
+divides by zero).
+guard("raise") refuses those forks. Without rdmaspawn.dropin.poolhandler the
+handler thread dies and map() waits forever (the control, bounded by a
+timeout); with it, map() raises ForkHazardError and the pool is closed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = textwrap.dedent("""\
+    import faulthandler, multiprocessing, os, sys
+    import rdmaspawn
+    from rdmaspawn.testing.hazard import plant
+    def square(x):
+        return x * x
+    if __name__ == "__main__":
+        if sys.argv[1] == "install":
+            from rdmaspawn.dropin.poolhandler import install
+            install()
+        rdmaspawn.guard("raise")
+        # Both workers are forked here, before the hazard; each exits after one task.
+        with multiprocessing.Pool(2, maxtasksperchild=1) as pool:
+            plant("auto")
+            for what in ("map", "apply_async"):
+                try:
+                    print(what, "returned", pool.map(square, range(8), chunksize=1)
+                          if what == "map"
+                          else pool.apply_async(square, (3,)).get(60), flush=True)
+                except Exception as exc:
+                    print(what, "raised", type(exc).__name__, flush=True)
+        print("done", flush=True)
+""")
+
+
+def run(tmp: Path, how: str, env: dict[str, str] | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    script = tmp / "late_pool.py"
+    script.write_text(_SCRIPT)
+    return subprocess.run([sys.executable, str(script), how], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp, env=env)
+
+
+def test_installed_directly(tmp_path: Path) -> None:
+    r = run(tmp_path, "install")
+    assert r.stdout.splitlines() == ["map raised ForkHazardError", "apply_async raised ValueError",
+                                     "done"], r.stderr
+
+
+def test_installed_by_the_switch_with_guard(tmp_path: Path) -> None:
+    env = {**os.environ, "RDMASPAWN": "patch,guard=raise"}
+    r = run(tmp_path, "hook", env=env)
+    assert r.stdout.splitlines() == ["map raised ForkHazardError", "apply_async raised ValueError",
+                                     "done"], r.stderr
+
+
+def test_without_it_the_pool_hangs(tmp_path: Path) -> None:
+    """The control: CPython's own handler dies and map() never returns."""
+    env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
+    script = tmp_path / "late_pool.py"
+    script.write_text(_SCRIPT)
+    # Its own session, so that the pool's workers go with it.
+    p = subprocess.Popen([sys.executable, str(script), "plain"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+                         start_new_session=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.communicate(timeout=20)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()

@@ -1,0 +1,113 @@
+"""``rdmaspawn run``: a job's children survive the real hazard; the job's status and signals.
+
+tests/job_script.py is a user's script: it plants the hazard and starts one
+kind of child, with no rdmaspawn call of its own. Under ``rdmaspawn run``
+every kind finishes; the same script alone crashes or hangs (bounded by the
+script's timeouts), which proves the hazard is real for that kind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+JOB = str(HERE / "job_script.py")
+KINDS = ["subprocess_user", "subprocess_novfork", "spawnvp", "popen", "pool",
+         "process_pool_executor", "mp_process"]
+# Kinds that CPython itself starts without fork (vfork) on 3.10+: safe even alone.
+SAFE_ALONE = {"popen"} if sys.version_info >= (3, 10) else set()
+
+#: The console script next to this interpreter (pip installs it there).
+CONSOLE = str(Path(sys.executable).with_name("rdmaspawn"))
+RUN = [sys.executable, "-m", "rdmaspawn", "run"]
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
+
+
+def job(prefix: list[str], kind: str, tmp: Path, *options: str) -> dict[str, str]:
+    r = subprocess.run([*prefix, *options, "--", sys.executable, JOB, "auto", kind],
+                       capture_output=True, text=True, timeout=180, cwd=tmp, env=clean_env())
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, (r.returncode, r.stdout, r.stderr)
+    return dict(json.loads(lines[0]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_child_survives_under_run(kind: str, tmp_path: Path) -> None:
+    out = job(RUN, kind, tmp_path)
+    assert out["outcome"] == "ok", out
+    if kind in ("pool", "process_pool_executor", "mp_process"):
+        assert out["start_method"] == "forkserver"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_same_job_alone_crashes_or_hangs(kind: str, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, JOB, "auto", kind], capture_output=True, text=True,
+                       timeout=180, cwd=tmp_path, env=clean_env())
+    outcome = json.loads(r.stdout.splitlines()[-1])["outcome"] if r.stdout else f"rc {r.returncode}"
+    if kind in SAFE_ALONE:
+        assert outcome == "ok"
+    else:
+        assert outcome != "ok", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("kind", ["pool", "process_pool_executor"])
+def test_start_method_keep_gives_fork_hazard_error(kind: str, tmp_path: Path) -> None:
+    """--start-method keep: the pool forks, and guard('raise') refuses at once, no hang."""
+    out = job(RUN, kind, tmp_path, "--start-method", "keep")
+    assert out["outcome"].startswith("raised ForkHazardError: os.fork() would fork()"), out
+    assert out["start_method"] == "fork"
+
+
+def test_console_script_and_environment(tmp_path: Path) -> None:
+    """The console script works too; run's options become the RDMASPAWN value CMD sees."""
+    show = [sys.executable, "-c", "import os; print(os.environ['RDMASPAWN'])"]
+    r = subprocess.run([CONSOLE, "run", "--", *show], capture_output=True, text=True,
+                       timeout=60, env=clean_env(), cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "patch,guard=raise,start_method=forkserver\n")
+    r = subprocess.run([*RUN, "--guard", "warn", "--start-method", "spawn", "-v", *show],
+                       capture_output=True, text=True, timeout=60, env=clean_env(), cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "patch,guard=warn,start_method=spawn,verbose\n")
+    assert r.stderr.count("rdmaspawn: RDMASPAWN=") == 1, r.stderr
+
+
+@pytest.mark.parametrize(("command", "status"), [
+    (["sh", "-c", "exit 7"], 7),
+    (["sh", "-c", "kill -TERM $$"], -signal.SIGTERM),
+    (["no-such-command-rdmaspawn"], 127),
+    (["/etc/passwd"], 126),
+    ([], 2),
+])
+def test_exit_status_is_the_commands(command: list[str], status: int, tmp_path: Path) -> None:
+    """CMD's own status (a signal death as -N here, 128+N in a shell); 127/126 like a shell."""
+    r = subprocess.run([*RUN, "--", *command], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert r.returncode == status, r.stderr
+    if status in (126, 127, 2):
+        assert r.stderr.startswith("rdmaspawn run: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_signals_reach_the_command(tmp_path: Path) -> None:
+    """run execs CMD: same pid, so a signal sent to run is CMD's to handle."""
+    code = ("import os, signal, sys\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+            "print(os.getpid(), flush=True)\n"
+            "signal.pause()\n")
+    p = subprocess.Popen([*RUN, "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         text=True, cwd=tmp_path)
+    try:
+        assert p.stdout is not None
+        assert int(p.stdout.readline()) == p.pid
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 42
+    finally:
+        p.kill()
+        p.wait()

@@ -1,0 +1,146 @@
+"""multiprocessing without fork: the default start method and rdmaspawn.get_context().
+
+Each case runs in a fresh interpreter (the default context is per process and
+is fixed by its first use). The hazard cases plant the real DONTFORK hazard
+and bound every pool with timeouts: a hang fails the test instead of
+stalling it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hazard_helpers import run_with_hazard
+
+
+def fresh(code: str) -> dict[str, object]:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout.splitlines()[-1]))
+
+
+def test_preferred_default_leaves_the_program_free_to_choose() -> None:
+    """Only the default changes: set_start_method() still works, get_context('fork') forks."""
+    out = fresh("""
+        import json, multiprocessing as mp
+        from rdmaspawn.dropin.startmethod import prefer_start_method
+        out = {"before": mp.get_start_method(allow_none=True), "did": prefer_start_method()}
+        out["default"] = mp.get_context().get_start_method()
+        mp.set_start_method("fork", force=True)   # what a program that wants fork does
+        out["chosen"] = mp.get_start_method()
+        mp.set_start_method(None, force=True)
+        mp.set_start_method("spawn")              # no "context has already been set"
+        out["chosen_again"] = mp.get_start_method()
+        out["explicit_fork"] = mp.get_context("fork").get_start_method()
+        print(json.dumps(out))
+    """)
+    assert out == {"before": None, "did": True, "default": "forkserver", "chosen": "fork",
+                   "chosen_again": "spawn", "explicit_fork": "fork"}
+
+
+def test_a_default_already_in_use_is_left_alone() -> None:
+    out = fresh("""
+        import json, multiprocessing as mp
+        from rdmaspawn.dropin.startmethod import prefer_start_method
+        used = mp.get_start_method()
+        print(json.dumps({"used": used, "did": prefer_start_method("spawn"),
+                          "now": mp.get_start_method()}))
+    """)
+    assert out == {"used": "fork", "did": False, "now": "fork"}
+
+
+def test_patch_start_method_and_unpatch() -> None:
+    out = fresh("""
+        import json, multiprocessing as mp, rdmaspawn
+        from multiprocessing import context
+        rdmaspawn.patch(start_method="spawn")
+        out = {"patched": rdmaspawn.is_patched(),
+               "default": context._default_context._default_context.get_start_method()}
+        rdmaspawn.unpatch()
+        out["after_unpatch"] = mp.get_start_method()
+        try:
+            rdmaspawn.patch(start_method="fork")
+        except ValueError as exc:
+            out["fork"] = str(exc)
+        print(json.dumps(out))
+    """)
+    assert out["patched"] is True and out["default"] == "spawn"
+    assert out["after_unpatch"] == "fork"
+    assert "not 'fork'" in str(out["fork"])
+
+
+def test_get_context() -> None:
+    out = fresh("""
+        import json, rdmaspawn
+        out = {"forkserver": rdmaspawn.get_context().get_start_method(),
+               "spawn": rdmaspawn.get_context("spawn").get_start_method(),
+               "patched": rdmaspawn.is_patched()}
+        try:
+            rdmaspawn.get_context("fork")
+        except ValueError:
+            out["fork"] = "ValueError"
+        print(json.dumps(out))
+    """)
+    assert out == {"forkserver": "forkserver", "spawn": "spawn", "patched": True,
+                   "fork": "ValueError"}
+
+
+# Pools with the hazard planted; TIMEOUT bounds every wait.
+_POOLS = """
+import concurrent.futures, multiprocessing, subprocess
+TIMEOUT = 30
+def square(x):
+    return x * x
+def attempt(name, fn):
+    try:
+        print(name, "ok" if fn() == [x * x for x in range(6)] else "wrong")
+    except (multiprocessing.TimeoutError, concurrent.futures.TimeoutError):
+        print(name, "timeout")
+    except Exception as exc:
+        print(name, "raised", type(exc).__name__)
+def pool(ctx=None):
+    with (ctx or multiprocessing).Pool(2) as p:
+        return p.map_async(square, range(6)).get(TIMEOUT)
+def ppe(ctx=None):
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+        return list(ex.map(square, range(6), timeout=TIMEOUT))
+if __name__ == "__main__":
+"""
+
+
+def test_get_context_pools_run_under_the_hazard_even_without_vfork() -> None:
+    """Pool(context=) and ProcessPoolExecutor(mp_context=) with get_context(): all finish.
+
+    subprocess._USE_VFORK = False makes CPython's own fork_exec fork, as 3.9's
+    always does: the forkserver and the resource tracker must come from the
+    engine (get_context() patches).
+    """
+    r = run_with_hazard(_POOLS + textwrap.indent(textwrap.dedent("""
+        import rdmaspawn
+        subprocess._USE_VFORK = False
+        for method in ("forkserver", "spawn"):
+            ctx = rdmaspawn.get_context(method)
+            attempt("pool-" + method, lambda: pool(ctx))
+            attempt("ppe-" + method, lambda: ppe(ctx))
+    """), "    "), "auto", timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:-1] == [
+        "pool-forkserver ok", "ppe-forkserver ok", "pool-spawn ok", "ppe-spawn ok"]
+
+
+@pytest.mark.parametrize("kind", ["pool", "ppe"])
+def test_default_fork_with_guard_raise_is_an_error_not_a_hang(kind: str) -> None:
+    """The default kept as fork, guard('raise'): ForkHazardError at once; the control hangs or dies."""
+    guarded = run_with_hazard(_POOLS + textwrap.indent(textwrap.dedent(f"""
+        import rdmaspawn
+        rdmaspawn.guard("raise")
+        attempt({kind!r}, {kind})
+    """), "    "), "auto", timeout=120)
+    assert guarded.returncode == 0, guarded.stderr
+    assert guarded.stdout == f"{kind} raised ForkHazardError\n", guarded.stderr
+    control = run_with_hazard(_POOLS + f"    attempt({kind!r}, {kind})\n", "auto", timeout=120)
+    assert control.stdout.split()[1:] != ["ok"], control.stdout
