@@ -9,7 +9,9 @@ The tests launch it with torchrun:
   error, a BrokenProcessPool, a Pool that waits forever): the hazard is real;
 - under ``rdmaspawn run``: every child of every rank finishes, on one node
   and on two (two torchrun agents meeting at a c10d rendezvous), and with
-  ``torchrun --start-method fork``.
+  ``torchrun --start-method fork``;
+- under ``rdmaspawn run --start-method keep`` (multiprocessing's fork default
+  kept): what must fork raises ForkHazardError at once instead.
 
 torch is installed in CI on CPython 3.11 only (a CPU wheel there; elsewhere
 pip would fetch multi-GB CUDA builds). Where it is missing these tests skip,
@@ -75,8 +77,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _under_rdmaspawn_run(cmd: list[str]) -> list[str]:
-    return [os.path.join(sysconfig.get_path("scripts"), "rdmaspawn"), "run", "--", *cmd]
+def _under_rdmaspawn_run(cmd: list[str], *options: str) -> list[str]:
+    return [os.path.join(sysconfig.get_path("scripts"), "rdmaspawn"), "run", *options, "--",
+            *cmd]
 
 
 def _run_agents(cmds: list[list[str]], out: str, ways: list[str] | None = None,
@@ -199,3 +202,21 @@ def test_torchrun_start_method_fork(torchrun, tmp_path):
         assert any("torchrun" in arg for arg in start["agent_cmdline"]), start
         assert start["agent_dontfork"] is False
         assert _outcomes(records) == {way: "ok" for way in FORKING_WAYS}, rank
+
+
+def test_run_keeping_the_fork_default_raises_instead_of_crashing(torchrun, tmp_path):
+    """``rdmaspawn run --start-method keep``: multiprocessing keeps its fork
+    default, so DataLoader, Pool and ProcessPoolExecutor must fork; guard
+    turns each into a ForkHazardError in the rank (no SIGSEGV, no hang),
+    while subprocess and os.spawn* still go through the engine."""
+    out = str(tmp_path)
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", RANK_SCRIPT]
+    results = _run_agents([_under_rdmaspawn_run(cmd, "--start-method", "keep")], out,
+                          ways=FORKING_WAYS)
+    refused = r"ForkHazardError: os\.fork\(\) would fork\(\) a process that holds MADV_DONTFORK .*"
+    expected = {"subprocess user/extra_groups": "ok", "os.spawnvp": "ok",
+                "DataLoader default": refused, "Pool default": refused,
+                "ProcessPoolExecutor default": refused}
+    for rank, records in _check_job(results, out, 2).items():
+        assert records[0]["default_context"] == "fork"
+        assert _mismatches(_outcomes(records), expected) == {}, rank
