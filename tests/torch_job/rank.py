@@ -23,8 +23,8 @@ as it goes (so a hang still leaves what came before):
 Every way that can wait forever is bounded (``RDMASPAWN_TORCH_WAY_TIMEOUT``
 seconds, default 20): without help, ``multiprocessing.Pool``'s default (fork)
 workers die and the pool waits for them forever. The DataLoader keeps its
-default (no timeout): it notices dead workers itself. ``RDMASPAWN_TORCH_WAYS`` (comma separated) runs
-only the named ways.
+default (no timeout): it notices dead workers itself.
+``RDMASPAWN_TORCH_WAYS`` (comma separated) runs only the named ways.
 """
 from __future__ import annotations
 
