@@ -40,7 +40,7 @@ import tempfile
 import time
 from typing import Callable
 
-import work
+import rank_work as work
 
 TIMEOUT = float(os.environ.get("RDMASPAWN_TORCH_WAY_TIMEOUT", "20"))
 
@@ -55,7 +55,7 @@ def describe_status(code: int) -> str:
 
 
 def way_subprocess_ids() -> str:
-    """subprocess with user= and extra_groups= (CPython forks for these, never vfork)."""
+    """subprocess with user= and extra_groups= (CPython 3.11 forks for these instead of using vfork)."""
     if os.geteuid() == 0:
         user, groups = 65534, [65534]  # nobody; the child must really switch
     else:
