@@ -55,7 +55,7 @@ def describe_status(code: int) -> str:
 
 
 def way_subprocess_ids() -> str:
-    """subprocess with user= and extra_groups= (CPython 3.11 forks for these instead of using vfork)."""
+    """subprocess with user= and extra_groups= (CPython 3.11 forks for these, not vfork)."""
     if os.geteuid() == 0:
         user, groups = 65534, [65534]  # nobody; the child must really switch
     else:
