@@ -75,10 +75,12 @@ static long clear_cloexec(int fd)
     return rs_sys3(SYS_fcntl, fd, F_SETFD, flags & ~FD_CLOEXEC);
 }
 
-/* Make fd become target; a fd that is already there only loses CLOEXEC. */
+/* Make fd become target; a fd that is already there only loses CLOEXEC.
+ * -1 means "inherit"; any other negative fd fails in dup3() with EBADF, as
+ * it fails in CPython's child. */
 static long install(int fd, int target)
 {
-    if (fd < 0)
+    if (fd == -1)
         return 0;
     if (fd == target)
         return clear_cloexec(fd);
@@ -202,7 +204,12 @@ int rs_child_main(void *arg)
         set_default(SIGPIPE);
         set_default(SIGXFSZ);
     }
-    rc = rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c->mask, 0,
+    const struct rs_setup *setup = r->setup;
+    int step;
+    if (setup && (rc = rs_setup_signals(setup, &step)) < 0)
+        return fail(c, step, rc);
+    rc = rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK,
+                 (long)(setup ? rs_setup_mask(setup, &c->mask) : &c->mask), 0,
                  sizeof(uint64_t));
     if (rc < 0)
         return fail(c, RS_STEP_SIGNALS, rc);
@@ -244,6 +251,8 @@ int rs_child_main(void *arg)
         return fail(c, RS_STEP_SETSID, rc);
     if (r->pgid >= 0 && (rc = rs_sys2(SYS_setpgid, 0, r->pgid)) < 0)
         return fail(c, RS_STEP_SETPGID, rc);
+    if (setup && (rc = rs_setup_early(setup, c->in_cgroup, &step)) < 0)
+        return fail(c, step, rc);
     if (r->set_groups &&
         (rc = rs_sys2(SYS_setgroups, r->n_groups, (long)r->groups)) < 0)
         return fail(c, RS_STEP_SETGROUPS, rc);
@@ -253,6 +262,8 @@ int rs_child_main(void *arg)
     if (r->set_uid &&
         (rc = rs_sys3(SYS_setresuid, r->uid, r->uid, r->uid)) < 0)
         return fail(c, RS_STEP_SETUID, rc);
+    if (setup && (rc = rs_setup_late(setup, &step)) < 0)
+        return fail(c, step, rc);
 
     if (r->close_fds)
         close_inherited(r);

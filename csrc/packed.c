@@ -22,7 +22,7 @@ int rs_spawn_packed(const char *argv_blob, int argc,
                     int flags, int close_method, int umask, int pgid,
                     const unsigned int *groups, int ngroups,
                     long long gid, long long uid, int fail_status,
-                    struct rs_result *res)
+                    struct rs_result *res, const struct rs_setup *setup)
 {
     struct rs_request r;
     size_t slots = (size_t)argc + 1 + (size_t)nexec + 1 + (nenv >= 0 ? (size_t)nenv + 1 : 0);
@@ -75,6 +75,7 @@ int rs_spawn_packed(const char *argv_blob, int argc,
         r.uid = (unsigned int)uid;
     }
     r.fail_status = fail_status;
+    r.setup = setup;
 
     int rc = rs_spawn(&r, res);
     free(ptrs);

@@ -29,7 +29,17 @@ enum rs_step {
     RS_STEP_SETUID = 12,
     RS_STEP_CLOSE_FDS = 13,
     RS_STEP_EXEC = 14,
-    RS_STEP_PREPARE = 15    /* parent: memory for the request */
+    RS_STEP_PREPARE = 15,   /* parent: memory for the request */
+    /* The declarative setup (setup.c), in the order the child runs it. */
+    RS_STEP_SIGACTION = 16,     /* ignore_signals / default_signals */
+    RS_STEP_CGROUP = 17,        /* writing itself into cgroup.procs */
+    RS_STEP_CTTY = 18,          /* TIOCSCTTY */
+    RS_STEP_RLIMIT = 19,        /* prlimit64 */
+    RS_STEP_NICE = 20,          /* setpriority */
+    RS_STEP_IOPRIO = 21,        /* ioprio_set */
+    RS_STEP_AFFINITY = 22,      /* sched_setaffinity */
+    RS_STEP_NO_NEW_PRIVS = 23,  /* prctl(PR_SET_NO_NEW_PRIVS) */
+    RS_STEP_PDEATHSIG = 24      /* prctl(PR_SET_PDEATHSIG) */
 };
 
 /* How the child closes the fds it must not inherit (tests force each). */
@@ -44,6 +54,42 @@ enum rs_clone_method {
     RS_CLONE_NONE = 0,
     RS_CLONE_CLONE3 = 1,    /* clone3() with CLONE_CLEAR_SIGHAND, own entry */
     RS_CLONE_CLONE = 2      /* glibc clone(); the child resets handlers itself */
+};
+
+/* One resource limit for the child: prlimit64(0, resource, {soft, hard}). */
+struct rs_rlimit {
+    int resource;
+    unsigned long long soft;
+    unsigned long long hard;
+};
+
+/*
+ * The child's declarative setup: what launchers use preexec_fn for, done
+ * with raw system calls in the CLONE_VM child (setup.c). Every field is
+ * optional. Signal sets are bit masks, bit (sig - 1) for signal sig.
+ */
+struct rs_setup {
+    int cgroup_fd;              /* -1, or a cgroup v2 directory: CLONE_INTO_CGROUP */
+    int cgroup_procs_fd;        /* -1, or its cgroup.procs, open for writing:
+                                   the child joins through it where clone3
+                                   could not place it (Linux < 5.7) */
+    int ctty_fd;                /* -1, or a tty fd (child numbering) to make
+                                   the controlling terminal; needs setsid */
+    const struct rs_rlimit *rlimits;
+    int n_rlimits;
+    int set_nice;
+    int nice;                   /* added to the current nice value, as nice(2) */
+    int set_ioprio;
+    int ioprio;                 /* ioprio_set(IOPRIO_WHO_PROCESS, 0, ioprio) */
+    const unsigned long long *cpu_mask;     /* NULL, or sched_setaffinity's mask */
+    int cpu_mask_bytes;
+    unsigned long long ignore_signals;      /* set to SIG_IGN */
+    unsigned long long default_signals;     /* set to SIG_DFL */
+    int set_signal_mask;
+    unsigned long long signal_mask;         /* the mask the child execs with */
+    int no_new_privs;
+    int pdeathsig;              /* 0, or the signal to get when the parent dies */
+    int parent_pid;             /* the spawning process, checked after pdeathsig */
 };
 
 /*
@@ -81,6 +127,7 @@ struct rs_request {
     int reap_on_failure;        /* waitpid() a child that failed before exec */
     int fail_status;            /* exit status of a child that failed (CPython: 255) */
     int force_clone;            /* tests: skip clone3 and use the fallback */
+    const struct rs_setup *setup;   /* NULL, or the declarative setup */
 };
 
 struct rs_result {
@@ -127,7 +174,7 @@ int rs_spawn_packed(const char *argv_blob, int argc,
                     int flags, int close_method, int umask, int pgid,
                     const unsigned int *groups, int ngroups,
                     long long gid, long long uid, int fail_status,
-                    struct rs_result *res);
+                    struct rs_result *res, const struct rs_setup *setup);
 
 /* libibverbs fork support. */
 enum rs_fork_state {

@@ -27,6 +27,7 @@
 #  define CLONE_PIDFD 0x00001000
 #endif
 #define RS_CLONE_CLEAR_SIGHAND 0x100000000ULL
+#define RS_CLONE_INTO_CGROUP 0x200000000ULL
 
 /* The child's stack: it needs little (no libc, a 2 KiB dirent buffer), but
  * sanitizers and -fstack-clash-protection want room. */
@@ -44,7 +45,11 @@ struct rs_clone_args {
     uint64_t stack;
     uint64_t stack_size;
     uint64_t tls;
+    uint64_t set_tid;           /* second version (Linux 5.5) */
+    uint64_t set_tid_size;
+    uint64_t cgroup;            /* third version (Linux 5.7): CLONE_INTO_CGROUP */
 };
+#define RS_CLONE_ARGS_SIZE_VER0 64
 
 long rs_clone3_entry(struct rs_clone_args *args, size_t size,
                      int (*fn)(void *), void *arg)
@@ -76,6 +81,9 @@ static const char *const step_names[] = {
 
 const char *rs_step_name(int step)
 {
+    const char *setup_name = rs_setup_step_name(step);
+    if (setup_name)
+        return setup_name;
     if (step < 0 || step >= (int)(sizeof step_names / sizeof *step_names))
         return "unknown";
     return step_names[step];
@@ -102,7 +110,13 @@ static long clone_with_clone3(struct rs_child *c, char *stack, size_t size,
     args.stack = (uint64_t)(uintptr_t)stack;
     args.stack_size = size;
     c->handlers_cleared = 1;
-    return rs_clone3_entry(&args, sizeof args, rs_child_main, c);
+    const struct rs_setup *setup = c->req->setup;
+    if (c->in_cgroup) {
+        args.flags |= RS_CLONE_INTO_CGROUP;
+        args.cgroup = (uint64_t)setup->cgroup_fd;
+        return rs_clone3_entry(&args, sizeof args, rs_child_main, c);
+    }
+    return rs_clone3_entry(&args, RS_CLONE_ARGS_SIZE_VER0, rs_child_main, c);
 }
 
 /* glibc's clone() runs fn on the given stack and exits with its value. */
@@ -126,6 +140,19 @@ static long start_child(struct rs_child *c, char *stack, size_t size,
 {
     const struct rs_request *r = c->req;
     int state = __atomic_load_n(&clone3_state, __ATOMIC_RELAXED);
+    if (state >= 0 && !r->force_clone && r->setup && r->setup->cgroup_fd >= 0) {
+        /* Straight into the cgroup; on any failure (Linux < 5.7, or a cgroup
+         * that refuses) the child joins through cgroup.procs instead, and
+         * reports the error of that. */
+        c->in_cgroup = 1;
+        long pid = clone_with_clone3(c, stack, size, r->want_pidfd, pidfd);
+        c->in_cgroup = 0;
+        if (pid > 0) {
+            c->in_cgroup = 1;
+            *method = RS_CLONE_CLONE3;
+            return pid;
+        }
+    }
     if (state >= 0 && !r->force_clone) {
         long pid = clone_with_clone3(c, stack, size, r->want_pidfd, pidfd);
         if (pid != -ENOSYS && pid != -EINVAL && pid != -EPERM) {

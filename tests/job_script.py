@@ -20,8 +20,8 @@ import signal
 import subprocess
 import sys
 
-#: Seconds a pool gets before the script calls it a hang.
-TIMEOUT = 20
+#: Seconds a pool gets before the script calls it a hang (JOB_TIMEOUT overrides).
+TIMEOUT = float(os.environ.get("JOB_TIMEOUT", "60"))
 
 
 def square(x: int) -> int:

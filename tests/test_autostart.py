@@ -112,6 +112,15 @@ def test_items_apply_one_by_one() -> None:
         "start_method": "spawn"}
 
 
+def test_multiprocessing_is_adjusted_when_imported_not_before() -> None:
+    """Start-up does not import multiprocessing; its first import gets the default and Pool fix."""
+    r = python("-c", "import sys; before = 'multiprocessing' in sys.modules; "
+               "import multiprocessing, multiprocessing.pool as p; "
+               "print(before, multiprocessing.get_start_method(), "
+               "p.Pool.__init__.__rdmaspawn_poolhandler__)", value="on")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "False forkserver True\n", "")
+
+
 def test_verbose_says_once() -> None:
     """One line, although site.py runs a venv's .pth files twice."""
     out = report(value="on,verbose")

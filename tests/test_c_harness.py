@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 SOURCES = [ROOT / "tests" / "c" / "engine_harness.c"] + [
-    CSRC / name for name in ("spawn.c", "child.c", "forkinit.c")
+    CSRC / name for name in ("spawn.c", "child.c", "forkinit.c", "setup.c")
 ]
 CFLAGS = ["-std=gnu11", "-g", "-Wall", "-Wextra", "-Werror"]
 AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")

@@ -14,6 +14,7 @@ import pytest
 from process_state import children, open_fds
 
 import rdmaspawn
+from rdmaspawn._interpreter import python_command
 
 ROOT = os.geteuid() == 0
 
@@ -55,7 +56,37 @@ CASES = {
     "bad_group": (["/bin/true"], {"group": "no-such-group-rdmaspawn"}),
     "bad_extra_group": (["/bin/true"], {"extra_groups": ["no-such-group-rdmaspawn"]}),
     "shell_missing": ("exit 3", {"shell": True, "executable": "/nonexistent/sh"}),
+    # fork_exec's own conversions, with its messages for this version.
+    "too_many_extra_groups": (["/bin/true"], {"extra_groups": [0] * 65537}),
+    "extra_group_uid_t_minus_one": (["/bin/true"], {"extra_groups": [2**32 - 1]}),
+    "extra_group_2_32": (["/bin/true"], {"extra_groups": [2**32]}),
+    "negative_stdin": (["/bin/true"], {"stdin": -7}),
+    "negative_stdout_with_cwd": (["/bin/true"], {"stdout": -7, "cwd": "/"}),
+    "stdin_2_40": (["/bin/true"], {"stdin": 2**40}),
+    "stdin_2_40_with_cwd": (["/bin/true"], {"stdin": 2**40, "cwd": "/"}),
+    "stdin_2_63_with_cwd": (["/bin/true"], {"stdin": 2**63, "cwd": "/"}),
+    "stdin_minus_2_40_with_cwd": (["/bin/true"], {"stdin": -2**40, "cwd": "/"}),
+    "user_2_32": (["/bin/true"], {"user": 2**32}),
+    "user_2_63": (["/bin/true"], {"user": 2**63}),
+    "group_2_32": (["/bin/true"], {"group": 2**32}),
+    "umask_2_40": (["/bin/true"], {"umask": 2**40}),
+    "nul_arg_and_bad_user": (["/bin/true", "a\0"], {"user": 2**32, "cwd": "/"}),
+    # os.posix_spawn's rules, where CPython takes that path.
+    "posix_spawn_empty_argv0": ([""], {"executable": "/bin/true", "close_fds": False}),
+    "posix_spawn_env_leading_eq": (["/bin/true"], {"close_fds": False, "env": {"=A": "1"}}),
+    "posix_spawn_env_empty_name": (["/bin/true"], {"close_fds": False, "env": {"": "1"}}),
+    "posix_spawn_nul_in_str_path": (["/bin/tr\0ue"], {"close_fds": False}),
+    "posix_spawn_nul_in_bytes_path": ([b"/bin/tr\0ue"], {"close_fds": False}),
+    "posix_spawn_stdin_2_40": (["/bin/true"], {"close_fds": False, "stdin": 2**40}),
+    "posix_spawn_fd_past_the_limit": (["/bin/true"], {"close_fds": False, "stdout": 2**31 - 1}),
+    "posix_spawn_closed_fd": (["/bin/true"], {"close_fds": False, "stdout": 4000}),
+    "posix_spawn_nul_arg_and_huge_fd": (["/bin/true", "a\0"],
+                                        {"close_fds": False, "stdin": 2**31}),
+    "fork_exec_env_empty_name": (["/bin/true"], {"env": {"": "1"}, "cwd": "/"}),
 }
+if sys.version_info >= (3, 11) and sys.version_info[:2] != (3, 12):
+    # 3.12 differs on purpose: see test_process_group_beyond_c_int_is_refused.
+    CASES["process_group_2_40"] = (["/bin/true"], {"process_group": 2**40})
 if not ROOT:
     CASES["setuid_denied"] = (["/bin/true"], {"user": 0})
 
@@ -184,4 +215,92 @@ def test_engine_rejects_bad_input_before_clone(bad, exc):
     kwargs.update(bad)
     with pytest.raises(exc):
         rdmaspawn.spawn(kwargs.pop("argv"), kwargs.pop("exec_list"), **kwargs)
+    assert children() == kids
+
+
+def _spawn_outcome(spawnvef, mode, file, args, env, func):
+    try:
+        return ("ok", spawnvef(mode, file, args, env, func))
+    except Exception as exc:
+        return (type(exc), getattr(exc, "errno", None), str(exc))
+
+
+SPAWN_CASES = {
+    "ok": ("/bin/true", ["true"], None, "execv"),
+    "exit_status": ("/bin/sh", ["sh", "-c", "exit 5"], None, "execv"),
+    "empty_argv0": ("/bin/true", [""], None, "execv"),
+    "no_args": ("/bin/true", [], None, "execv"),
+    "args_not_a_list": ("/bin/true", "true", None, "execv"),
+    "nul_in_arg": ("/bin/true", ["x", "a\0"], None, "execv"),
+    "int_arg": ("/bin/true", ["x", 3], None, "execv"),
+    "int_path": (3, ["x"], None, "execv"),
+    "bad_env_name": ("/bin/true", ["x"], {"A=B": "1"}, "execve"),
+    "empty_env_name": ("/bin/true", ["x"], {"": "1"}, "execve"),
+    "leading_eq_env_name": ("/bin/true", ["x"], {"=A": "1"}, "execve"),
+    "missing": ("/nonexistent/x", ["x"], None, "execv"),
+    "path_search": ("true", ["true"], None, "execvp"),
+    "path_search_missing": ("no-such-rdmaspawn", ["x"], {"PATH": "/bin"}, "execvpe"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPAWN_CASES))
+def test_spawnv_same_as_cpython(name):
+    """os.spawn* under patch() (our _spawnvef) raises, or exits, as CPython's:
+    os._spawnvef's own checks in the parent, and a child exiting 127 for what
+    os.exec*() refuses in CPython's forked child."""
+    from rdmaspawn.dropin.spawnv import spawnvef
+
+    file, args, env, func = SPAWN_CASES[name]
+    call = (os.P_WAIT, file, args, env, getattr(os, func))
+    theirs = _spawn_outcome(os._spawnvef, *call)
+    kids = children()
+    assert _spawn_outcome(spawnvef, *call) == theirs
+    assert children() == kids
+
+
+def test_spawnv_nowait_failed_child_is_the_callers():
+    """P_NOWAIT with a NUL in an argument: a pid the caller reaps, exit 127."""
+    from rdmaspawn.dropin.spawnv import spawnvef
+
+    pid = spawnvef(os.P_NOWAIT, "/bin/true", ["x", "a\0"], None, os.execv)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 127
+
+
+def test_closed_stdout_with_stdout_0_stderr_1_is_ebadf():
+    """Better than CPython, on purpose: with fd 1 closed in the parent,
+    stdout=0, stderr=1 names a closed fd for stderr. CPython's child dup()s
+    fd 0 for stdout, which lands on the free fd 1, then takes that copy for
+    stderr: both end up on stdin's file and the call "succeeds". rdmaspawn
+    moves fds out of the way above 2, so stderr=1 is the closed fd it is:
+    OSError(EBADF), and no child left behind."""
+    code = r"""
+import os, subprocess, rdmaspawn
+from process_state import children
+report = os.dup(2)
+os.close(1)
+kids = children()
+try:
+    rdmaspawn.Popen(["/bin/true"], stdout=0, stderr=1).wait()
+    out = "ok"
+except OSError as e:
+    out = (type(e).__name__, e.errno)
+os.write(report, repr([out, children() == kids]).encode())
+"""
+    prelude = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+    res = subprocess.run(python_command(prelude + code), stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert eval(res.stderr) == [("OSError", 9), True]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="process_group= is 3.11+")
+@pytest.mark.parametrize("value", [2**31, 2**40, -2**31 - 1])
+def test_process_group_beyond_c_int_is_refused(value):
+    """Better than CPython 3.12, on purpose: 3.12's fork_exec reads
+    process_group as a C long and truncates it to pid_t, so 2**40 becomes 0
+    (a new group) and 2**31 a negative number (no group change), silently.
+    rdmaspawn raises OverflowError, as 3.11 and 3.13 do, and starts nothing."""
+    kids = children()
+    with pytest.raises(OverflowError):
+        rdmaspawn.Popen(["/bin/true"], process_group=value)
     assert children() == kids

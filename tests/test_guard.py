@@ -6,10 +6,9 @@ import json
 import subprocess
 import sys
 import textwrap
-from typing import Any, Dict
+from typing import Any
 
 import pytest
-
 
 # `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
 # real madvise(): a fork() child survives it (nothing touches that page), so
@@ -48,7 +47,7 @@ _PRELUDE = textwrap.dedent("""
 """)
 
 
-def run(code: str) -> Dict[str, Any]:
+def run(code: str) -> dict[str, Any]:
     src = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
     r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True,
                        timeout=120)
@@ -149,9 +148,9 @@ def test_idempotent_and_reversible() -> None:
 @pytest.mark.parametrize("order", ["guard-first", "patch-first"])
 def test_composes_with_patch_in_either_order(order: str) -> None:
     """patch()/guard() in either order: plain subprocess works (engine), preexec_fn and os.fork are refused, and undoing both gives CPython's behaviour back."""
-    out = run("""
+    out = run(f"""
         import rdmaspawn
-        order = %r
+        order = {order!r}
         orig = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None), os.fork)
         mark()
         if order == "guard-first":
@@ -174,7 +173,7 @@ def test_composes_with_patch_in_either_order(order: str) -> None:
             return f
         out["unwraps"] = all(innermost(a) is b for a, b in zip(now, orig))
         attempt("after", lambda: subprocess.run(["true"], preexec_fn=lambda: None).returncode)
-    """ % order)
+    """)
     assert out["plain"] == {"ok": True, "value": 0, "warnings": []}, out
     assert out["preexec"]["ok"] is False, out
     # Guard on top raises first; under the engine its own PreexecFnError comes first.
@@ -205,3 +204,12 @@ def test_foreign_wrapper_keeps_working_after_unguard() -> None:
         out["spliced"] = theirs.__wrapped__ is native
     """)
     assert out == {"top": True, "spliced": True}
+
+
+def test_guarded_and_is_guarded_are_exported_lazily() -> None:
+    """rdmaspawn.guarded/is_guarded are the tool's own, loaded on first use."""
+    import rdmaspawn
+    from rdmaspawn.tools import guard as G
+
+    assert rdmaspawn.guarded is G.guarded and rdmaspawn.is_guarded is G.is_guarded
+    assert {"guarded", "is_guarded"} <= set(rdmaspawn.__all__)

@@ -76,7 +76,7 @@ def test_without_it_the_pool_hangs(tmp_path: Path) -> None:
                          start_new_session=True)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
-            p.communicate(timeout=20)
+            p.communicate(timeout=10)
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()

@@ -50,8 +50,9 @@ def test_every_child_survives_under_run(kind: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_same_job_alone_crashes_or_hangs(kind: str, tmp_path: Path) -> None:
+    # A pool that hangs hangs for good: 10 s tell it from one that finishes in ~1 s.
     r = subprocess.run([sys.executable, JOB, "auto", kind], capture_output=True, text=True,
-                       timeout=180, cwd=tmp_path, env=clean_env())
+                       timeout=180, cwd=tmp_path, env={**clean_env(), "JOB_TIMEOUT": "10"})
     outcome = json.loads(r.stdout.splitlines()[-1])["outcome"] if r.stdout else f"rc {r.returncode}"
     if kind in SAFE_ALONE:
         assert outcome == "ok"

@@ -50,6 +50,20 @@ static inline long rs_sys4(long n, long a, long b, long c, long d)
     return x0;
 }
 
+static inline long rs_sys5(long n, long a, long b, long c, long d, long e)
+{
+    register long x8 __asm__("x8") = n;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    __asm__ volatile ("svc 0" : "+r"(x0)
+                      : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4)
+                      : "memory", "cc");
+    return x0;
+}
+
 #ifdef RS_DEFINE_CLONE3_ENTRY
 /*
  * long rs_clone3_entry(struct clone_args *args, size_t size,

@@ -44,6 +44,17 @@ static inline long rs_sys4(long n, long a, long b, long c, long d)
     return ret;
 }
 
+static inline long rs_sys5(long n, long a, long b, long c, long d, long e)
+{
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    __asm__ volatile ("syscall" : "=a"(ret)
+                      : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                      : "rcx", "r11", "memory");
+    return ret;
+}
+
 #ifdef RS_DEFINE_CLONE3_ENTRY
 /*
  * long rs_clone3_entry(struct clone_args *args, size_t size,

@@ -19,7 +19,9 @@ from subprocess import (
 )
 from typing import Any
 
+from . import preexec
 from ._engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
+from ._setup_pack import ChildSetupError
 from .dropin.forkexec import PreexecFnError
 from .dropin.patch import is_patched, patch, patched, unpatch
 from .dropin.popen import (
@@ -40,13 +42,14 @@ __all__ = [
     "SubprocessError", "CalledProcessError", "TimeoutExpired",
     "patch", "unpatch", "patched", "is_patched",
     "fork_init", "fork_status", "ForkStatus", "ForkInitError",
-    "spawn", "SpawnError", "PreexecFnError",
-    "doctor", "guard", "unguard", "ForkHazardError", "ForkHazardWarning",
-    "get_context",
+    "spawn", "SpawnError", "PreexecFnError", "ChildSetupError", "preexec", "pty_spawn",
+    "doctor", "guard", "unguard", "guarded", "is_guarded", "ForkHazardError",
+    "ForkHazardWarning", "get_context",
 ]
 
 # The user tools load on first use: importing rdmaspawn stays cheap.
-_LAZY = {"doctor": ".tools.doctor", "guard": ".tools.guard", "unguard": ".tools.guard",
+_LAZY = {"pty_spawn": ".ptyspawn", "doctor": ".tools.doctor", "guard": ".tools.guard",
+         "unguard": ".tools.guard", "guarded": ".tools.guard", "is_guarded": ".tools.guard",
          "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard",
          # Imports multiprocessing, which most users of rdmaspawn never need.
          "get_context": ".dropin.startmethod"}

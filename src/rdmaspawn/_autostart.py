@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
+from ._onimport import when_imported
 from ._switch import VARIABLE, Settings, parse
 
 __all__ = ["start", "apply"]
@@ -45,16 +47,31 @@ def apply(settings: Settings) -> list[str]:
 
         guard(settings.guard)
         # A refused fork in a Pool's worker handler fails the job, not hangs it.
-        install()
+        when_imported("multiprocessing.pool", lambda _: _safely(install, "Pool's worker handler"))
         done.append(f"guard({settings.guard!r})")
     if settings.start_method is not None:
         from .dropin.startmethod import prefer_start_method
 
-        if prefer_start_method(settings.start_method):
-            done.append(f"multiprocessing's default start method is {settings.start_method}")
-        else:
-            done.append("multiprocessing's start method was already chosen: left as it is")
+        method = settings.start_method
+        when_imported("multiprocessing.context",
+                      lambda _: _safely(lambda: _prefer(prefer_start_method, method),
+                                        "the default start method"))
+        done.append(f"multiprocessing's default start method is {method}")
     return done
+
+
+def _safely(fn: Callable[[], None], what: str) -> None:
+    """Run a deferred step inside the user's ``import multiprocessing``: never break it."""
+    try:
+        fn()
+    except Exception as exc:
+        _say(f"{VARIABLE}: could not adjust {what}: {type(exc).__name__}: {exc}")
+
+
+def _prefer(prefer: Callable[[str], bool], method: str) -> None:
+    if not prefer(method):  # something chose before us (cannot happen at start-up)
+        _say(f"multiprocessing's start method was chosen before {VARIABLE} could apply "
+             f"{method}: left as it is")
 
 
 def start() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 try:
     from ._rdmaspawn_cffi import ffi, lib
@@ -17,6 +17,9 @@ except ImportError as _exc:  # pragma: no cover - a source tree without its buil
         f"rdmaspawn's C core is not built in {os.path.dirname(os.path.abspath(__file__))}: "
         "install the package (pip install .) or build it in place (pip install -e .)"
     ) from _exc
+
+from . import _setup_pack
+from ._setup import ChildSetup
 
 __all__ = [
     "SpawnError",
@@ -96,43 +99,58 @@ def _fsencode(value: object) -> bytes:
     return data
 
 
-def _blob(items: Iterable[object]) -> tuple[bytes, int]:
+def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     """Strings as one blob of NUL-terminated strings, and their count.
 
     Converted as CPython's PyUnicode_FSConverter does; a NUL inside a string
     is found by counting the blob's NULs: one check instead of one per item.
+    When something is wrong, the items are converted again one by one, so
+    that the first bad one raises, as CPython's item-by-item conversion does.
     """
-    encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
-               for item in items]
-    blob = b"\0".join(encoded)
-    if blob.count(0) != max(len(encoded) - 1, 0):
-        raise ValueError("embedded null byte")
-    return blob + b"\0", len(encoded)
+    try:
+        encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
+                   for item in items]
+    except (TypeError, ValueError):
+        encoded = None
+    if encoded is not None:
+        blob = b"\0".join(encoded)
+        if blob.count(0) == max(len(encoded) - 1, 0):
+            return blob + b"\0", len(encoded)
+    for item in items:
+        _fsencode(item)
+    raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
-    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() checks it."""
+    """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() and
+    os.posix_spawn() check it: both converted, then a name that is empty or
+    has "=" after its first byte refused (a leading "=" is allowed)."""
     out = []
     for key, value in env.items():
         k = _fsencode(key)
-        if not k or b"=" in k:
+        v = _fsencode(value)
+        if not k or b"=" in k[1:]:
             raise ValueError("illegal environment variable name")
-        out.append(k + b"=" + _fsencode(value))
+        out.append(k + b"=" + v)
     return out
 
 
 def _fd(value: object, what: str) -> int:
+    # Any C int: a negative one other than -1 reaches the child, whose dup
+    # fails with EBADF, as CPython's does.
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < -1 or value > 0x7FFFFFFF:
-        raise ValueError(f"{what} out of range: {value}")
+    if not -0x80000000 <= value <= 0x7FFFFFFF:
+        raise OverflowError(f"{what} out of range for a C int: {value}")
     return value
 
 
 def _id(value: object, what: str) -> int:
+    # Any uid_t: (uid_t)-1 reaches the kernel, which reads it as "unchanged"
+    # for setres[ug]id and refuses it (EINVAL) in a group list.
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 0 or value > 0xFFFFFFFE:
+    if value < 0 or value > 0xFFFFFFFF:
         raise ValueError(f"{what} out of range: {value}")
     return value
 
@@ -160,6 +178,7 @@ def spawn(
     fail_status: int = 255,
     close_method: str = "auto",
     force_clone: bool = False,
+    setup: ChildSetup | None = None,
 ) -> tuple[int, int]:
     """Start a child and return ``(pid, pidfd)``; pidfd is -1 unless asked for.
 
@@ -169,6 +188,8 @@ def spawn(
     the failed step) when the child could not be started or failed before
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
+    ``setup`` is the child's declarative setup (rlimits, death signal, ...:
+    see :mod:`rdmaspawn.preexec`).
     """
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
@@ -180,7 +201,7 @@ def spawn(
              | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
     return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child,
                       fds, flags, _CLOSE_METHODS[close_method], umask, pgid, groups,
-                      gid, uid, fail_status)
+                      gid, uid, fail_status, setup)
 
 
 def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
@@ -188,11 +209,17 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
                stderr: int, close_in_child: Sequence[int], pass_fds: Sequence[int],
                flags: int, close_method: int, umask: int, pgid: Optional[int],
                groups: Optional[Sequence[int]], gid: Optional[int], uid: Optional[int],
-               fail_status: int) -> tuple[int, int]:
+               fail_status: int, setup: ChildSetup | None = None,
+               _setup_ptr: Any = None) -> tuple[int, int]:
     """:func:`spawn` with positional arguments, the flags already combined
     (``CLOSE_FDS | RESTORE_SIGNALS | ...``) and ``pass_fds`` already checked:
     ascending, unique, non-negative ints. The hot path of ``fork_exec``, whose
     caller (CPython's ``_execute_child``) hands it exactly that."""
+    if setup is not None:
+        return _setup_pack.spawn_with(
+            setup, _spawn_flat, argv, exec_list, env, cwd, stdin, stdout, stderr,
+            close_in_child, pass_fds, flags, close_method, umask, pgid, groups, gid, uid,
+            fail_status)
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
     env_blob, nenv = _blob(env) if env is not None else (ffi.NULL, -1)
@@ -212,7 +239,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
         gids or ffi.NULL, len(gids) if groups is not None else -1,
         _id(gid, "gid") if gid is not None else -1,
         _id(uid, "uid") if uid is not None else -1,
-        fail_status, res)
+        fail_status, res, ffi.NULL if _setup_ptr is None else _setup_ptr)
     if res.err:
         step = ffi.string(lib.rs_step_name(res.step)).decode()
         pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
@@ -223,6 +250,9 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
             filename = argv[0] if len(argv) else exec_list[0]
         raise SpawnError(res.err, step, filename, pid)
     return res.pid, res.pidfd
+
+
+_spawn_flat = spawn_flat  # the setup path's way back in, whatever replaces the name
 
 
 def _status(call: str) -> tuple[int, Optional[str], int]:

@@ -32,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,7 +88,9 @@ static void probe(void)
 /* --exit N: exit N.  --fds k3 g4 ...: 0 if every k fd is open and every g fd
  * closed.  --stdio: copy stdin to stdout and stderr, each with a prefix.
  * --signals: bit 0: SIGUSR2 blocked, 1: SIGUSR1 blocked, 2: SIGPIPE ignored.
- * --cwd DIR: 0 if the working directory is DIR. */
+ * --cwd DIR: 0 if the working directory is DIR.
+ * --setup NICE: bit 0: RLIMIT_MSGQUEUE soft 4096, 1: nice NICE, 2: SIGUSR1 ignored,
+ * 3: SIGUSR2 blocked, 4: death signal SIGTERM, 5: no_new_privs, 6: CPU 0 only. */
 static int child_mode(int argc, char **argv)
 {
     char buf[PATH_MAX];
@@ -113,6 +117,20 @@ static int child_mode(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--cwd"))
         return !(getcwd(buf, sizeof buf) && !strcmp(buf, argv[2]));
+    if (!strcmp(argv[1], "--setup")) {
+        struct rlimit rl;
+        cpu_set_t cpus;
+        int sig = 0;
+        getrlimit(RLIMIT_MSGQUEUE, &rl);
+        sigprocmask(SIG_BLOCK, NULL, &set);
+        sigaction(SIGUSR1, NULL, &sa);
+        prctl(PR_GET_PDEATHSIG, &sig, 0, 0, 0);
+        sched_getaffinity(0, sizeof cpus, &cpus);
+        return (rl.rlim_cur == 4096) | (getpriority(PRIO_PROCESS, 0) == atoi(argv[2])) << 1 |
+               (sa.sa_handler == SIG_IGN) << 2 | sigismember(&set, SIGUSR2) << 3 |
+               (sig == SIGTERM) << 4 | (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1) << 5 |
+               (CPU_COUNT(&cpus) == 1 && CPU_ISSET(0, &cpus)) << 6;
+    }
     return 99;
 }
 
@@ -406,6 +424,55 @@ static void test_signals(int force)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* The declarative setup (setup.c): every step shows in the child; a step
+ * that fails comes back with its errno and step. */
+static void test_setup(int force)
+{
+    char nice_arg[16];
+    char *argv[] = { "--setup", nice_arg, NULL };
+    unsigned long long cpu0 = 1;
+    struct rlimit hard;
+    /* Not RLIMIT_NOFILE: valgrind answers that one itself (its own fds sit
+     * above the limit it shows); not RLIMIT_CORE: ASan's start-up in the
+     * child sets that one to 0. */
+    struct rs_rlimit limit = { RLIMIT_MSGQUEUE, 4096, 0 };
+    struct rs_setup s;
+    struct rs_request r;
+    struct rs_result res;
+
+    getrlimit(RLIMIT_MSGQUEUE, &hard);
+    limit.hard = hard.rlim_max;
+    snprintf(nice_arg, sizeof nice_arg, "%d", getpriority(PRIO_PROCESS, 0) + 3);
+    memset(&s, 0, sizeof s);
+    s.cgroup_fd = s.cgroup_procs_fd = s.ctty_fd = -1;
+    s.rlimits = &limit;
+    s.n_rlimits = 1;
+    s.set_nice = 1;
+    s.nice = 3;
+    s.ignore_signals = 1ULL << (SIGUSR1 - 1);
+    s.set_signal_mask = 1;
+    s.signal_mask = 1ULL << (SIGUSR2 - 1);
+    s.no_new_privs = 1;
+    s.pdeathsig = SIGTERM;
+    s.parent_pid = getpid();
+    s.cpu_mask = &cpu0;
+    s.cpu_mask_bytes = sizeof cpu0;
+    request(&r, NULL, NULL);
+    r.force_clone = force;
+    r.setup = &s;
+    int got = run_self(&r, &res, argv);
+    CHECK(got == 127, "setup: every step shows in the child");
+    if (got != 127)
+        printf("#   got %#x\n", got);
+
+    limit.soft = 8192;              /* soft above hard: EINVAL */
+    limit.hard = 4096;
+    request(&r, true_argv, (char *[]){ "/bin/true", NULL });
+    r.force_clone = force;
+    r.setup = &s;
+    expect_fail(&r, EINVAL, RS_STEP_RLIMIT, "setup: a failed step comes back");
+}
+
 /* Threads that spawn at the same time, each on its own child stack, some
  * failing: every result must be the thread's own. */
 #define N_THREADS 8
@@ -457,6 +524,8 @@ static void test_misc(void)
     rs_split_blob(blob, 3, out);
     CHECK(!strcmp(out[0], "ab") && !strcmp(out[1], "") && !strcmp(out[2], "cde") &&
           out[3] == NULL, "rs_split_blob");
+    CHECK(!strcmp(rs_step_name(RS_STEP_RLIMIT), "setrlimit") &&
+          !strcmp(rs_step_name(RS_STEP_PDEATHSIG), "prctl"), "rs_step_name: setup steps");
     CHECK(!strcmp(rs_step_name(RS_STEP_CHDIR), "chdir") &&
           !strcmp(rs_step_name(-1), "unknown") && !strcmp(rs_step_name(99), "unknown"),
           "rs_step_name");
@@ -504,6 +573,7 @@ int main(int argc, char **argv)
         test_pass_fds(force);
         test_stdio(force);
         test_signals(force);
+        test_setup(force);
     }
     test_threads();
     test_misc();

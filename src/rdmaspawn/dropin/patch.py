@@ -18,8 +18,10 @@ import contextlib
 import os
 import subprocess
 import threading
-from typing import Any, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any
 
+from .. import _cpython, _wrapping
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
 from . import spawnv as _spawnv
@@ -29,34 +31,15 @@ __all__ = ["patch", "unpatch", "patched", "is_patched"]
 
 _lock = threading.Lock()
 # (object, attribute, value before, value we set), in the order applied.
-_applied: Optional[List[Tuple[Any, str, Any, Any]]] = None
+_applied: list[tuple[Any, str, Any, Any]] | None = None
 
 
-def _swap(done: List[Tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
+def _swap(done: list[tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
     done.append((obj, name, getattr(obj, name), new))
     setattr(obj, name, new)
 
 
-def _restore(obj: Any, name: str, old: Any, new: Any) -> None:
-    current = getattr(obj, name)
-    if not callable(new):
-        setattr(obj, name, old)
-        return
-    if current is new:
-        # What ours wraps now: a wrapper under ours may have been spliced
-        # out since (guard() applied before patch(), then unguard()).
-        setattr(obj, name, getattr(new, "__wrapped__", old))
-        return
-    # Someone wrapped ours since (rdmaspawn.guard() does): splice ours out of
-    # their chain instead of throwing their wrapper away.
-    while hasattr(current, "__wrapped__"):
-        if current.__wrapped__ is new:
-            current.__wrapped__ = old
-            return
-        current = current.__wrapped__
-
-
-def patch(start_method: Optional[str] = None) -> None:
+def patch(start_method: str | None = None) -> None:
     """Make every child this process's standard library starts fork-safe.
 
     ``start_method="forkserver"`` (or ``"spawn"``) also makes it
@@ -70,12 +53,14 @@ def patch(start_method: Optional[str] = None) -> None:
     with _lock:
         if _applied is not None:
             return
-        done: List[Tuple[Any, str, Any, Any]] = []
+        # This CPython calls fork_exec as we know, or no patch at all.
+        home, attr = _cpython.require().home
+        done: list[tuple[Any, str, Any, Any]] = []
         fork_exec = _forkexec.make_fork_exec(_posixsubprocess.fork_exec)
         _swap(done, _posixsubprocess, "fork_exec", fork_exec)
-        if hasattr(subprocess, "_fork_exec"):
-            sub_fork_exec = _forkexec.make_fork_exec(subprocess._fork_exec)
-            _swap(done, subprocess, "_fork_exec", sub_fork_exec)
+        if home == "subprocess":  # 3.11+ calls its own alias, bound at import
+            sub_fork_exec = _forkexec.make_fork_exec(getattr(subprocess, attr))
+            _swap(done, subprocess, attr, sub_fork_exec)
         _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
         if hasattr(os, "_spawnvef"):
             _swap(done, os, "_spawnvef", _spawnv.spawnvef)
@@ -90,7 +75,9 @@ def unpatch() -> None:
         if _applied is None:
             return
         for obj, name, old, new in reversed(_applied):
-            _restore(obj, name, old, new)
+            # Off the attribute, or out of the chain of whoever wrapped ours
+            # since (rdmaspawn.guard() does); else it stays there.
+            _wrapping.splice_out(obj, name, new, old)
         _applied = None
 
 

@@ -14,12 +14,17 @@ namespace in which ``Popen`` is ours.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import types
-from typing import Any, Callable, Dict
+from typing import Any, Callable
 
+from .. import _cpython
+from . import childsetup as _childsetup
 from . import forkexec as _forkexec
+from . import interrupts
+from . import pidfd as _pidfd
 from . import posixspawn as _posixspawn
 
 __all__ = [
@@ -28,7 +33,7 @@ __all__ = [
 ]
 
 
-def _namespace() -> Dict[str, Any]:
+def _namespace() -> dict[str, Any]:
     # A copy of subprocess's globals in which the spawn primitive is ours.
     ns = dict(vars(subprocess))
     ns["_fork_exec"] = _forkexec.fork_exec  # 3.11+
@@ -39,23 +44,34 @@ def _namespace() -> Dict[str, Any]:
 _NS = _namespace()
 
 
-class _PipeRecorder:
-    """``os`` for CPython's ``_get_handles``: remembers the pipes it makes."""
+class _FdRecorder:
+    """``os`` for CPython's ``_get_handles`` (< 3.11): remembers the fds it
+    makes (pipes, /dev/null), with the file each one is, so that a later
+    cleanup closes only fds that still are that file."""
 
     _local = threading.local()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
-    def pipe(self) -> tuple[int, int]:
-        fds = os.pipe()
+    def _note(self, *fds: int) -> None:
         made = getattr(self._local, "made", None)
         if made is not None:
-            made.extend(fds)
+            st = os.fstat(fds[0])
+            made.extend((fd, (st.st_dev, st.st_ino)) for fd in fds)
+
+    def pipe(self) -> tuple[int, int]:
+        fds = os.pipe()
+        self._note(*fds)
         return fds
 
+    def open(self, *args: Any, **kwargs: Any) -> int:
+        fd = os.open(*args, **kwargs)
+        self._note(fd)
+        return fd
+
     @classmethod
-    def begin(cls) -> list[int]:
+    def begin(cls) -> list[tuple[int, tuple[int, int]]]:
         cls._local.made = []
         return cls._local.made  # type: ignore[no-any-return]
 
@@ -64,10 +80,22 @@ class _PipeRecorder:
         cls._local.made = None
 
 
+def _close_if_still(made: list[tuple[int, tuple[int, int]]]) -> None:
+    """Close each fd that is still the file it was when made (not one that
+    was closed since and reused, perhaps by another thread)."""
+    for fd, ident in made:
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == ident:
+            os.close(fd)
+
+
 if not hasattr(subprocess.Popen, "_on_error_fd_closer"):
     _get_handles_recording = types.FunctionType(
         subprocess.Popen._get_handles.__code__,  # type: ignore[attr-defined]
-        dict(_NS, os=_PipeRecorder()), "_get_handles")
+        dict(_NS, os=_FdRecorder()), "_get_handles")
 
 
 def _rebind(func: Callable[..., Any], qualname: str) -> Callable[..., Any]:
@@ -82,7 +110,7 @@ def _rebind(func: Callable[..., Any], qualname: str) -> Callable[..., Any]:
     return new
 
 
-class Popen(subprocess.Popen):  # type: ignore[type-arg]
+class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     """``subprocess.Popen``, with every child created by rdmaspawn's engine.
 
     Takes every argument of ``subprocess.Popen`` of the running Python and
@@ -91,31 +119,86 @@ class Popen(subprocess.Popen):  # type: ignore[type-arg]
     so memory marked MADV_DONTFORK (RDMA registrations) cannot crash it.
     ``user``, ``group`` and ``extra_groups`` are applied in that child too.
 
-    ``preexec_fn`` needs fork(): it is refused with
-    :class:`rdmaspawn.PreexecFnError` when the process holds MADV_DONTFORK
-    memory, and runs as in CPython (a fork) when it holds none.
+    More keyword arguments set the child up without fork, in the CLONE_VM
+    child (see :mod:`rdmaspawn.preexec` for each): ``pdeathsig``,
+    ``rlimits={resource: (soft, hard)}``, ``nice``, ``ioprio=(class, level)``,
+    ``cpu_affinity``, ``no_new_privs``, ``ignore_signals``,
+    ``default_signals``, ``signal_mask``, ``cgroup`` and ``controlling_tty``.
+    ``pidfd`` is the child's pidfd where the kernel gives one (else None):
+    signals go through it, so a recycled pid is never signalled.
+
+    ``preexec_fn`` values rdmaspawn recognises (its own
+    :mod:`rdmaspawn.preexec` helpers, ``os.setsid``,
+    ``functools.partial(os.nice, n)``, ...) run without fork too; any other
+    needs fork(): it is refused with :class:`rdmaspawn.PreexecFnError` when
+    the process holds MADV_DONTFORK memory, and runs as in CPython (a fork)
+    when it holds none.
+
+    A KeyboardInterrupt that arrives while it starts the child is raised
+    once the child has started; as the caller then never gets the Popen, its
+    child is killed and reaped and its pipes closed (see ``interrupts``).
     """
 
-    _execute_child = _rebind(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
-                             "Popen._execute_child")
+    _cpython_execute_child = _rebind(
+        subprocess.Popen._execute_child,  # type: ignore[attr-defined]
+        "Popen._cpython_execute_child")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _cpython.require()  # before any pipe: this CPython must be one we know
+        # The setup travels as a preexec_fn value that fork_exec recognises.
+        args, kwargs = _childsetup.setup_kwargs_to_preexec_fn(args, kwargs)
+        held = interrupts.hold()
+        try:
+            try:
+                super().__init__(*args, **kwargs)
+                if held is not None:
+                    held.replay()
+            except BaseException:
+                self._discard()
+                raise
+        finally:
+            if held is not None:
+                held.release()
+
+    def _discard(self) -> None:
+        """Undo a Popen that its caller will never get: kill and reap its
+        child, close its pipes (and, < 3.11, what CPython's __init__ leaks
+        when it fails between _get_handles() and its own cleanup)."""
+        if getattr(self, "_child_created", False) and getattr(self, "returncode", 0) is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                pass
+        self._close_pidfd()
+        for f in (getattr(self, "stdin", None), getattr(self, "stdout", None),
+                  getattr(self, "stderr", None)):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        _close_if_still(getattr(self, "_rdmaspawn_made", []))
+
     _posix_spawn = _posixspawn.posix_spawn_method
 
     if not hasattr(subprocess.Popen, "_on_error_fd_closer"):
         # CPython < 3.11 leaks the pipes _get_handles() made when a later one
-        # fails (EMFILE): close them, as 3.11 does.
+        # fails (EMFILE): close them, as 3.11 does. It also leaks all of them
+        # when __init__ fails before its try (a bad user=): _discard() does.
         def _get_handles(self, stdin: Any, stdout: Any, stderr: Any) -> Any:
-            made = _PipeRecorder.begin()
+            made = self._rdmaspawn_made = _FdRecorder.begin()
             try:
                 return _get_handles_recording(self, stdin, stdout, stderr)
             except BaseException:
-                for fd in made:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+                _close_if_still(made)
                 raise
             finally:
-                _PipeRecorder.end()
+                _FdRecorder.end()
+                if hasattr(self, "_devnull"):  # opened by _get_devnull()
+                    st = os.fstat(self._devnull)
+                    made.append((self._devnull, (st.st_dev, st.st_ino)))
 
 
 Popen.__module__ = "rdmaspawn"

@@ -13,9 +13,12 @@ from __future__ import annotations
 import inspect
 import os
 import subprocess
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
-from .. import _engine
+from .. import _cpython, _engine
+from . import arguments
+from . import childsetup as _childsetup
 
 __all__ = ["posix_spawn_method"]
 
@@ -24,25 +27,31 @@ _SIGNATURE = inspect.signature(subprocess.Popen._posix_spawn)  # type: ignore[at
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
+    internals = _cpython.require()
     a = _SIGNATURE.bind(self, *args, **kwargs).arguments
-    env: Optional[Mapping[Any, Any]] = a["env"]
-    if env is None and "close_fds" not in a:
-        env = os.environ  # 3.9-3.12 hand posix_spawn os.environ
+    env: Mapping[Any, Any] | None = a["env"]
+    if env is None and internals.posix_spawn_environ:
+        env = os.environ
     executable = a["executable"]
-    argv = a["args"]
-    if not argv:
-        raise ValueError("posix_spawn: argv must not be empty")
+    # The file actions' fds: closes first, then dup2s, as _posix_spawn lists them.
+    fds = tuple(fd for fd in (a["p2cwrite"], a["c2pread"], a["errread"], a["p2cread"],
+                              a["c2pwrite"], a["errwrite"]) if fd != -1)
+    env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
+                                          internals.posix_spawn_str_nul)
+    want_pidfd = _childsetup.pidfd_requested()
     try:
-        pid, _ = _engine.spawn(
-            argv, [executable], env=None if env is None else _engine.env_list(env),
+        pid, pidfd = _engine.spawn(
+            a["args"], [executable], env=env_list,
             stdin=a["p2cread"], stdout=a["c2pwrite"], stderr=a["errwrite"],
             close_in_child=(a["p2cwrite"], a["c2pread"], a["errread"]),
             close_fds=bool(a.get("close_fds", False)),
-            restore_signals=a["restore_signals"],
+            restore_signals=a["restore_signals"], want_pidfd=want_pidfd,
         )
     except _engine.SpawnError as err:
         # posix_spawn() reports every failure as an error on its path.
         raise OSError(err.errno, os.strerror(err.errno), executable) from None
+    if want_pidfd:
+        _childsetup.hand_pidfd(pidfd)
     self.pid = pid
     self._child_created = True
     self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],

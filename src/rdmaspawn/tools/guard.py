@@ -33,11 +33,8 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
   should hand ``preexec_fn`` calls to the function it replaced, so that a
   guard applied before it still sees them.
 
-``fork_exec`` is positional only.  Its ``preexec_fn`` is the last of 21
-arguments on 3.9 and 3.10 (``..., gid, extra_groups, uid, child_umask,
-preexec_fn``) and the 22nd of 23 on 3.11-3.13 (``..., process_group, gid,
-extra_groups, uid, child_umask, preexec_fn, allow_vfork``), as
-``Lib/subprocess.py`` of each version calls it.
+``fork_exec`` is positional only; which argument is which on each version,
+and when CPython's forks rather than vforks, is ``rdmaspawn._cpython``'s.
 """
 
 from __future__ import annotations
@@ -45,12 +42,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable
 
+from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
+from ..dropin.childsetup import as_setup
 
 __all__ = [
     "ForkHazardError",
@@ -70,7 +69,7 @@ class ForkHazardWarning(RuntimeWarning):
 
     def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
         super().__init__(message)
-        self.mappings: List[Mapping] = list(mappings)
+        self.mappings: list[Mapping] = list(mappings)
 
 
 class ForkHazardError(RuntimeError):
@@ -78,14 +77,14 @@ class ForkHazardError(RuntimeError):
 
     def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
         super().__init__(message)
-        self.mappings: List[Mapping] = list(mappings)
+        self.mappings: list[Mapping] = list(mappings)
 
 
 _lock = threading.RLock()
-_mode: Optional[str] = None
+_mode: str | None = None
 # Our wrappers that act (the others pass through), and the one per attribute.
-_active: Set[Callable[..., Any]] = set()
-_installed: Dict[Tuple[str, str], Callable[..., Any]] = {}
+_active: set[Callable[..., Any]] = set()
+_installed: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def _check(what: str) -> None:
@@ -100,12 +99,11 @@ def _check(what: str) -> None:
         return  # /proc unreadable: never block a spawn on a failed look
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
-        shown += "; and %d more" % (len(maps) - 5)
+        shown += f"; and {len(maps) - 5} more"
     msg = (
-        "%s would fork() a process that holds MADV_DONTFORK memory (%s): the child does not "
+        f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
         "get those pages and may die with SIGSEGV before exec. Use rdmaspawn.Popen or "
         "rdmaspawn.patch() without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
-        % (what, shown)
     )
     if mode == "raise":
         raise ForkHazardError(msg, maps)
@@ -113,22 +111,17 @@ def _check(what: str) -> None:
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4)
 
 
-def _fork_exec_forks(args: Tuple[Any, ...], preexec_only: bool) -> bool:
+def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
     """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
-    n = len(args)
-    if n < 21:
-        return False  # not a call we understand; the callee will raise
-    p = 21 if n >= 23 else n - 1  # index of preexec_fn
-    if args[p] is not None:
-        return True
-    if preexec_only:
-        return False
-    if sys.version_info < (3, 10):
-        return True
-    gid, groups, uid = args[p - 4], args[p - 3], args[p - 2]
-    if gid not in (None, -1) or uid not in (None, -1) or groups is not None:
-        return True
-    return n >= 23 and not args[22]  # allow_vfork false: subprocess._USE_VFORK
+    try:
+        call = _cpython.unpack_fork_exec(args)
+    except TypeError:
+        return False  # a wrong argument count: the callee raises
+    except _cpython.UnsupportedPython:
+        return True  # a CPython we do not know: assume the worst
+    if preexec_only and call.preexec_fn is not None and as_setup(call.preexec_fn) is not None:
+        return False  # the engine runs the preexec_fn values it recognises without fork
+    return _cpython.fork_exec_forks(call, preexec_only)
 
 
 def _forks_only_for_preexec(fn: Any) -> bool:
@@ -161,20 +154,22 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
     return guarded_fork_exec
 
 
-_Target = Tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
+_Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
 
 
-def _targets() -> List[_Target]:
+def _targets() -> list[_Target]:
     import _posixsubprocess
     import subprocess
 
-    out: List[_Target] = [
+    out: list[_Target] = [
         (os, "fork", _wrap_fork, "os.fork()"),
         (os, "forkpty", _wrap_fork, "os.forkpty()"),
         (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
     ]
-    if hasattr(subprocess, "_fork_exec"):  # 3.11+
-        out.append((subprocess, "_fork_exec", _wrap_fork_exec, "subprocess.Popen"))
+    internals = _cpython.current()
+    home, attr = internals.home if internals else ("subprocess", "_fork_exec")
+    if home == "subprocess" and hasattr(subprocess, attr):  # 3.11+: Popen's own alias
+        out.append((subprocess, attr, _wrap_fork_exec, "subprocess.Popen"))
     return out
 
 
@@ -188,7 +183,7 @@ def guard(action: str = "warn") -> None:
     """
     global _mode
     if action not in ("warn", "raise"):
-        raise ValueError("action must be 'warn' or 'raise', not %r" % (action,))
+        raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
         for module, attr, wrap, what in _targets():
             current = getattr(module, attr, None)
@@ -222,32 +217,13 @@ def unguard() -> None:
             if mine is None:
                 continue
             _active.discard(mine)
-            if _remove(module, attr, mine):
+            if _wrapping.splice_out(module, attr, mine):
                 del _installed[key]
             # else: someone wrapped ours and calls it directly; it stays in
             # their chain as a pass-through.
 
 
-def _remove(module: Any, attr: str, mine: Any) -> bool:
-    """Take ``mine`` out: off the attribute, or spliced out of a ``__wrapped__`` chain."""
-    current: Any = getattr(module, attr, None)
-    if current is mine:
-        setattr(module, attr, mine.__wrapped__)
-        return True
-    seen = 0
-    while current is not None and hasattr(current, "__wrapped__") and seen < 64:
-        if current.__wrapped__ is mine:
-            try:
-                current.__wrapped__ = mine.__wrapped__
-            except (AttributeError, TypeError):
-                return False
-            return True
-        current = current.__wrapped__
-        seen += 1
-    return False
-
-
-def is_guarded() -> Optional[str]:
+def is_guarded() -> str | None:
     """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
     return _mode
 

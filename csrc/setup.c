@@ -1,0 +1,163 @@
+/*
+ * The child's declarative setup: what launchers use preexec_fn for, done
+ * with raw system calls in the CLONE_VM child (the rules of child.c apply:
+ * no libc wrappers, no errno, nothing written that the parent owns).
+ *
+ * child.c calls these at four points; the order is the one that is right
+ * for privileges:
+ *   1. rs_setup_signals(), with the handlers reset and before the mask is
+ *      restored: ignore_signals -> SIG_IGN, default_signals -> SIG_DFL.
+ *   2. rs_setup_mask(): the mask the child runs and execs with.
+ *   3. rs_setup_early(), after setsid/setpgid and before the ids change, so
+ *      that a limit or a priority a dropped user may not set still can be:
+ *      cgroup (where clone3 did not place the child), controlling tty,
+ *      rlimits, nice, ioprio, CPU affinity.
+ *   4. rs_setup_late(), after the ids change: no_new_privs, then the death
+ *      signal, last, because the kernel clears it on a credential change
+ *      (prctl(2), PR_SET_PDEATHSIG). If the parent died before the prctl,
+ *      the child was reparented and nobody will send the signal: getppid()
+ *      no longer names the parent, and the child takes the signal itself.
+ * Each returns 0 or a negative errno with *step set.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
+#include "arch.h"
+#include "child.h"
+
+#define IOPRIO_WHO_PROCESS 1
+
+struct rs_ksigaction_setup {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+
+static long set_disposition(int sig, void (*handler)(int))
+{
+    struct rs_ksigaction_setup act = { handler, 0, 0, 0 };
+    return rs_sys4(SYS_rt_sigaction, sig, (long)&act, 0, sizeof(uint64_t));
+}
+
+long rs_setup_signals(const struct rs_setup *s, int *step)
+{
+    *step = RS_STEP_SIGACTION;
+    for (int sig = 1; sig <= 64; sig++) {
+        uint64_t bit = (uint64_t)1 << (sig - 1);
+        long rc = 0;
+        if (s->ignore_signals & bit)
+            rc = set_disposition(sig, SIG_IGN);
+        else if (s->default_signals & bit)
+            rc = set_disposition(sig, SIG_DFL);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+const uint64_t *rs_setup_mask(const struct rs_setup *s, const uint64_t *inherited)
+{
+    return s->set_signal_mask ? (const uint64_t *)&s->signal_mask : inherited;
+}
+
+/* "0" in cgroup.procs moves the writer: no pid to format. */
+static long join_cgroup(int procs_fd)
+{
+    long rc = rs_sys3(SYS_write, procs_fd, (long)"0", 1);
+    return rc < 0 ? rc : 0;
+}
+
+/* nice(2): relative to the current value; getpriority returns 20 - nice. */
+static long add_nice(int increment)
+{
+    long rc = rs_sys2(SYS_getpriority, PRIO_PROCESS, 0);
+    if (rc < 0)
+        return rc;
+    rc = rs_sys3(SYS_setpriority, PRIO_PROCESS, 0, (20 - rc) + increment);
+    /* glibc's nice() says EPERM where the kernel says EACCES; os.nice too. */
+    return rc == -EACCES ? -EPERM : rc;
+}
+
+long rs_setup_early(const struct rs_setup *s, int in_cgroup, int *step)
+{
+    long rc;
+
+    if (s->cgroup_procs_fd >= 0 && !in_cgroup) {
+        *step = RS_STEP_CGROUP;
+        if ((rc = join_cgroup(s->cgroup_procs_fd)) < 0)
+            return rc;
+    }
+    if (s->ctty_fd >= 0) {
+        *step = RS_STEP_CTTY;
+        if ((rc = rs_sys3(SYS_ioctl, s->ctty_fd, TIOCSCTTY, 0)) < 0)
+            return rc;
+    }
+    *step = RS_STEP_RLIMIT;
+    for (int i = 0; i < s->n_rlimits; i++) {
+        uint64_t lim[2] = { s->rlimits[i].soft, s->rlimits[i].hard };
+        if ((rc = rs_sys4(SYS_prlimit64, 0, s->rlimits[i].resource,
+                          (long)lim, 0)) < 0)
+            return rc;
+    }
+    if (s->set_nice) {
+        *step = RS_STEP_NICE;
+        if ((rc = add_nice(s->nice)) < 0)
+            return rc;
+    }
+    if (s->set_ioprio) {
+        *step = RS_STEP_IOPRIO;
+        if ((rc = rs_sys3(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, s->ioprio)) < 0)
+            return rc;
+    }
+    if (s->cpu_mask) {
+        *step = RS_STEP_AFFINITY;
+        if ((rc = rs_sys3(SYS_sched_setaffinity, 0, s->cpu_mask_bytes,
+                          (long)s->cpu_mask)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+long rs_setup_late(const struct rs_setup *s, int *step)
+{
+    long rc;
+
+    if (s->no_new_privs) {
+        *step = RS_STEP_NO_NEW_PRIVS;
+        if ((rc = rs_sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
+            return rc;
+    }
+    if (s->pdeathsig) {
+        *step = RS_STEP_PDEATHSIG;
+        if ((rc = rs_sys2(SYS_prctl, PR_SET_PDEATHSIG, s->pdeathsig)) < 0)
+            return rc;
+        if (rs_sys1(SYS_getppid, 0) != s->parent_pid)
+            rs_sys2(SYS_kill, rs_sys1(SYS_getpid, 0), s->pdeathsig);
+    }
+    return 0;
+}
+
+static const char *const setup_step_names[] = {
+    [RS_STEP_SIGACTION - RS_STEP_SIGACTION] = "sigaction",
+    [RS_STEP_CGROUP - RS_STEP_SIGACTION] = "cgroup",
+    [RS_STEP_CTTY - RS_STEP_SIGACTION] = "ioctl",
+    [RS_STEP_RLIMIT - RS_STEP_SIGACTION] = "setrlimit",
+    [RS_STEP_NICE - RS_STEP_SIGACTION] = "nice",
+    [RS_STEP_IOPRIO - RS_STEP_SIGACTION] = "ioprio_set",
+    [RS_STEP_AFFINITY - RS_STEP_SIGACTION] = "sched_setaffinity",
+    [RS_STEP_NO_NEW_PRIVS - RS_STEP_SIGACTION] = "prctl",
+    [RS_STEP_PDEATHSIG - RS_STEP_SIGACTION] = "prctl",
+};
+
+const char *rs_setup_step_name(int step)
+{
+    int i = step - RS_STEP_SIGACTION;
+    if (i < 0 || i >= (int)(sizeof setup_step_names / sizeof *setup_step_names))
+        return NULL;
+    return setup_step_names[i];
+}

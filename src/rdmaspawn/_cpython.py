@@ -1,0 +1,256 @@
+"""Everything rdmaspawn knows about CPython's private subprocess internals.
+
+One table, keyed by CPython version; the drop-ins (``dropin/``) and the
+guard (``tools/guard.py``) ask it by name and never count argument positions
+themselves. The facts come from each version's ``Lib/subprocess.py``
+(``Popen._execute_child``, ``Popen._posix_spawn``) and
+``Modules/_posixsubprocess.c`` (``fork_exec``), and from running them.
+
+A CPython that is not in the table, or whose ``_execute_child`` no longer
+calls ``fork_exec`` with the arguments the table says, is refused by
+:func:`require` with an error naming the version: routing 22 arguments by
+the positions of 23 would start the wrong child, silently.
+"""
+from __future__ import annotations
+
+import dis
+import operator
+import subprocess
+import sys
+from typing import Any, Callable, NamedTuple
+
+__all__ = [
+    "POSIX_SPAWN_PATH_NUL",
+    "ForkExecCall",
+    "Internals",
+    "UnsupportedPython",
+    "c_int",
+    "current",
+    "fork_exec_forks",
+    "require",
+    "unpack_fork_exec",
+]
+
+
+class UnsupportedPython(RuntimeError):
+    """This CPython's subprocess internals are not the ones rdmaspawn knows."""
+
+
+class ForkExecCall(NamedTuple):
+    """The arguments of one ``fork_exec`` call, by name, on every version.
+
+    Versions without ``pgid_to_set`` and ``allow_vfork`` (3.9, 3.10) get
+    their neutral values (-1, True).
+    """
+
+    args: Any
+    executable_list: Any
+    close_fds: Any
+    fds_to_keep: Any
+    cwd: Any
+    env_list: Any
+    p2cread: Any
+    p2cwrite: Any
+    c2pread: Any
+    c2pwrite: Any
+    errread: Any
+    errwrite: Any
+    errpipe_read: Any
+    errpipe_write: Any
+    restore_signals: Any
+    call_setsid: Any
+    pgid_to_set: Any
+    gid: Any
+    extra_groups: Any
+    uid: Any
+    child_umask: Any
+    preexec_fn: Any
+    allow_vfork: Any
+
+
+_NEUTRAL = {"pgid_to_set": -1, "allow_vfork": True}
+
+# fork_exec's parameters, in order (Modules/_posixsubprocess.c).
+_PARAMS_21 = tuple(f for f in ForkExecCall._fields if f not in _NEUTRAL)
+_PARAMS_23 = ForkExecCall._fields
+
+# The names _execute_child loads to make the call, in order, as its bytecode
+# shows them: the check that this CPython calls fork_exec as we think.
+_CALLER_21 = (
+    "args", "executable_list", "close_fds", "tuple", "sorted", "map", "int", "fds_to_keep",
+    "cwd", "env_list", "p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite",
+    "errpipe_read", "errpipe_write", "restore_signals", "start_new_session",
+    "gid", "gids", "uid", "umask", "preexec_fn",
+)
+_CALLER_23 = (
+    _CALLER_21[:20] + ("process_group",) + _CALLER_21[20:] + ("_USE_VFORK",)
+)
+
+
+class Internals(NamedTuple):
+    """What one CPython version's subprocess does, where rdmaspawn depends on it."""
+
+    #: fork_exec's parameter names, in order.
+    params: tuple[str, ...]
+    #: What _execute_child loads to call fork_exec (see _CALLER_21).
+    caller: tuple[str, ...]
+    #: Where _execute_child finds fork_exec: (module name, attribute).
+    home: tuple[str, str]
+    #: The tag after "OSError:<errno>:" for a failed chdir() in the child.
+    chdir_tag: bytes
+    #: How fork_exec parses its int arguments: "format_i" (PyArg_ParseTuple
+    #: "i") or "clinic" (Argument Clinic's int converter).
+    int_parser: str
+    #: The ValueError when extra_groups is longer than NGROUPS_MAX.
+    too_many_groups: str
+    #: Whether fork_exec can vfork() (3.10+); 3.9 always forks.
+    can_vfork: bool
+    #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
+    #: (3.9-3.12); 3.13 passes None through.
+    posix_spawn_environ: bool
+    #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
+    #: always gets "posix_spawn: embedded null character in path").
+    posix_spawn_str_nul: str
+
+
+#: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
+POSIX_SPAWN_PATH_NUL = "posix_spawn: embedded null character in path"
+_V39 = Internals(
+    params=_PARAMS_21, caller=_CALLER_21, home=("_posixsubprocess", "fork_exec"),
+    chdir_tag=b"noexec", int_parser="format_i", too_many_groups="too many groups",
+    can_vfork=False, posix_spawn_environ=True, posix_spawn_str_nul="embedded null byte",
+)
+_V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, home=("subprocess", "_fork_exec"),
+                      can_vfork=True)
+_V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
+                       too_many_groups="too many extra_groups", posix_spawn_environ=False,
+                       posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL)
+
+#: Keyed by sys.version_info[:2]. 3.9-3.13 read from each version's sources
+#: and checked by running them. 3.14 is taken to be 3.13's (23 arguments,
+#: "noexec:chdir", clinic parsers: CPython's main-branch
+#: Modules/_posixsubprocess.c has 3.13's clinic signature) but has not run
+#: here: require() checks its call at run time and refuses it if it differs.
+TABLE: dict[tuple[int, int], Internals] = {
+    (3, 9): _V39,
+    (3, 10): _V39._replace(can_vfork=True),
+    (3, 11): _V311,
+    (3, 12): _V311._replace(int_parser="clinic", too_many_groups="too many extra_groups"),
+    (3, 13): _V313,
+    (3, 14): _V313,
+}
+
+_LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
+          "LOAD_NAME", "LOAD_FAST_BORROW", "LOAD_FAST_BORROW_LOAD_FAST_BORROW")
+
+
+def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str, ...] | None:
+    """The names ``func`` loads between naming fork_exec and calling it."""
+    module, attr = home
+    name = attr if module == "subprocess" else "fork_exec"
+    names: list[str] | None = None
+    for ins in dis.get_instructions(func):
+        if names is None:
+            if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
+                names = []
+            continue
+        if ins.opname.startswith("CALL") and (ins.arg or 0) >= len(_PARAMS_21) - 1:
+            return tuple(names)
+        if ins.opname in _LOADS:
+            value = ins.argval
+            names.extend(value if isinstance(value, tuple) else [value])
+    return None
+
+
+def _check(version: tuple[int, int]) -> Internals:
+    internals = TABLE.get(version)
+    shown = f"CPython {version[0]}.{version[1]}"
+    if internals is None:
+        raise UnsupportedPython(
+            f"rdmaspawn does not know the subprocess internals of {shown} "
+            f"(it knows {min(TABLE)[0]}.{min(TABLE)[1]}-{max(TABLE)[0]}.{max(TABLE)[1]}): "
+            "rdmaspawn.Popen and rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works")
+    loads = _caller_loads(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
+                          internals.home)
+    if loads != internals.caller:
+        raise UnsupportedPython(
+            f"{shown}'s subprocess.Popen._execute_child does not call fork_exec the way "
+            f"rdmaspawn knows for {shown} (it passes {loads}): rdmaspawn.Popen and "
+            "rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works")
+    return internals
+
+
+_current: Internals | None = None
+_error: UnsupportedPython | None = None
+
+
+def require() -> Internals:
+    """This CPython's :class:`Internals`; raises :class:`UnsupportedPython` if unknown."""
+    global _current, _error
+    if _current is not None:
+        return _current
+    if _error is None:
+        try:
+            _current = _check(sys.version_info[:2])
+            return _current
+        except UnsupportedPython as exc:
+            _error = exc
+    raise UnsupportedPython(str(_error))
+
+
+def current() -> Internals | None:
+    """This CPython's :class:`Internals`, or None where rdmaspawn does not know them."""
+    try:
+        return require()
+    except UnsupportedPython:
+        return None
+
+
+def unpack_fork_exec(args: tuple[Any, ...]) -> ForkExecCall:
+    """A positional ``fork_exec`` call by name; TypeError for a wrong count."""
+    params = require().params
+    if len(args) != len(params):
+        raise TypeError(f"fork_exec() takes exactly {len(params)} arguments ({len(args)} given)")
+    if len(params) == len(ForkExecCall._fields):
+        return ForkExecCall(*args)
+    return ForkExecCall(**dict(zip(params, args)), **_NEUTRAL)
+
+
+def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
+    """Whether CPython's fork_exec forks for this call, rather than vfork().
+
+    With ``preexec_only`` (the callee is rdmaspawn's fork_exec, which forks
+    for nothing but a preexec_fn), only a preexec_fn counts.
+    """
+    if call.preexec_fn is not None:
+        return True
+    if preexec_only:
+        return False
+    if not require().can_vfork:
+        return True
+    if call.gid not in (None, -1) or call.uid not in (None, -1) or call.extra_groups is not None:
+        return True
+    return not call.allow_vfork
+
+
+_INT_MAX = 0x7FFFFFFF
+_LONG_MAX = 0x7FFFFFFFFFFFFFFF
+
+
+def c_int(value: Any, parser: str) -> int:
+    """``value`` as a C int, with the OverflowError CPython's ``parser`` raises.
+
+    "format_i" is PyArg_ParseTuple's "i" (fork_exec on 3.9-3.11, and
+    os.posix_spawn's file actions everywhere); "clinic" is Argument Clinic's
+    int converter (fork_exec on 3.12+).
+    """
+    value = operator.index(value)
+    if -_INT_MAX - 1 <= value <= _INT_MAX:
+        return int(value)
+    if parser == "clinic":
+        raise OverflowError("Python int too large to convert to C int")
+    if not -_LONG_MAX - 1 <= value <= _LONG_MAX:
+        raise OverflowError("Python int too large to convert to C long")
+    if value > 0:
+        raise OverflowError("signed integer is greater than maximum")
+    raise OverflowError("signed integer is less than minimum")

@@ -1,0 +1,73 @@
+"""One long-lived thread that starts the children that ask for a death signal.
+
+The kernel sends PR_SET_PDEATHSIG's signal when the *thread* that created
+the child exits, not the process (prctl(2)). A child started from a
+short-lived worker (a ThreadPoolExecutor thread that ends) would be killed
+while its parent process lives on. So such spawns, from any thread but the
+main one, run on this thread, which lives as long as the process: the death
+signal then follows the process. The caller's signal mask travels with the
+request, so the child sees the mask of the thread that asked.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Any, Callable
+
+__all__ = ["run_as_process"]
+
+_Job = tuple[Callable[[], Any], list[Any], threading.Event]
+
+_lock = threading.Lock()
+_jobs: queue.SimpleQueue[_Job] | None = None
+_owner_pid = -1
+
+
+def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
+    while True:
+        call, box, done = jobs.get()
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # handed back to the caller as is
+            box.append((False, exc))
+        finally:
+            done.set()
+
+
+def _queue() -> queue.SimpleQueue[_Job]:
+    global _jobs, _owner_pid
+    with _lock:
+        if _jobs is None or _owner_pid != os.getpid():
+            # First use, or a fork()ed child, where the thread did not follow.
+            _jobs = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(_jobs,), daemon=True,
+                             name="rdmaspawn-spawner").start()
+            _owner_pid = os.getpid()
+        return _jobs
+
+
+def run_as_process(call: Callable[[], Any], undo: Callable[[Any], None]) -> Any:
+    """``call()``, run where a death signal follows the process.
+
+    From the main thread (which lives as long as the process) it runs in
+    place. Elsewhere it runs on the spawner thread; if the caller is
+    interrupted while waiting (KeyboardInterrupt), the spawn still completes
+    and ``undo(result)`` disposes of the child nobody will own.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return call()
+    box: list[Any] = []
+    done = threading.Event()
+    _queue().put((call, box, done))
+    try:
+        done.wait()
+    except BaseException:
+        done.wait()
+        if box and box[0][0]:
+            undo(box[0][1])
+        raise
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value

@@ -1,0 +1,56 @@
+"""Chains of wrappers linked by ``__wrapped__``: the one walker rdmaspawn uses.
+
+``patch()`` and ``guard()`` both replace module attributes with wrappers
+that keep what they replaced on ``__wrapped__`` and look it up there at each
+call. Either may be undone while the other still wraps it, so undoing means
+taking one link out of a chain, wherever it now stands.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["chain", "innermost", "splice_out"]
+
+# A chain longer than this is a cycle, not a stack of wrappers.
+_MAX_LINKS = 64
+
+
+def chain(func: Any) -> Iterator[Any]:
+    """``func``, what it wraps, what that wraps, ... down to the innermost."""
+    for _ in range(_MAX_LINKS):
+        yield func
+        if not hasattr(func, "__wrapped__"):
+            return
+        func = func.__wrapped__
+    raise RuntimeError(f"__wrapped__ chain of {func!r} is longer than {_MAX_LINKS}: a cycle?")
+
+
+def innermost(func: Any) -> Any:
+    """The function at the bottom of ``func``'s chain (CPython's own, usually)."""
+    *_, bottom = chain(func)
+    return bottom
+
+
+def splice_out(owner: Any, attr: str, link: Any, below: Any = None) -> bool:
+    """Take ``link`` out of the chain that starts at ``owner.attr``.
+
+    What ``link`` stood for is its ``__wrapped__``, else ``below``. Where
+    ``link`` is the attribute itself, the attribute gets that back; where a
+    later wrapper wraps it, that wrapper's ``__wrapped__`` does. Returns False
+    when ``link`` is in neither place or a wrapper refuses the new
+    ``__wrapped__``: it then stays where it is.
+    """
+    below = getattr(link, "__wrapped__", below)
+    current = getattr(owner, attr, None)
+    if current is link:
+        setattr(owner, attr, below)
+        return True
+    for outer in chain(current):
+        if getattr(outer, "__wrapped__", None) is link:
+            try:
+                outer.__wrapped__ = below
+            except (AttributeError, TypeError):
+                return False
+            return True
+    return False

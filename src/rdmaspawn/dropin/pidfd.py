@@ -1,0 +1,112 @@
+"""``Popen.pidfd``: signal and wait through a pidfd, never through a stale pid.
+
+CPython's ``send_signal`` polls, then ``os.kill(self.pid)``: if another
+thread reaps the child in between, the pid can be recycled and the signal
+hits a stranger (a documented race). A pidfd names the process itself:
+after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
+
+The engine asks the kernel for one (CLONE_PIDFD, Linux 5.2; O_CLOEXEC, so
+no child inherits it); ``fork_exec`` hands it up through
+``childsetup``'s per-thread hand-over. It is closed once the child is
+reaped (under a lock, so that a concurrent ``send_signal`` never uses a
+closed, reused fd number), and by ``__del__`` at the latest.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from typing import Any
+
+from . import childsetup as _childsetup
+
+__all__ = ["PidfdMixin"]
+
+
+class PidfdMixin:
+    """For a ``subprocess.Popen`` subclass with ``_cpython_execute_child``."""
+
+    #: The child's pidfd, or None (no kernel support, or the child is reaped).
+    pidfd: int | None = None
+    _pidfd_lock: threading.Lock | None = None
+
+    def _execute_child(self, *args: Any, **kwargs: Any) -> None:
+        _childsetup.request_pidfd()
+        try:
+            self._cpython_execute_child(*args, **kwargs)  # type: ignore[attr-defined]
+        except BaseException:
+            fd = _childsetup.take_pidfd()
+            if fd >= 0:
+                os.close(fd)
+            raise
+        fd = _childsetup.take_pidfd()
+        if fd >= 0:
+            self._pidfd_lock = threading.Lock()
+            self.pidfd = fd
+
+    def _close_pidfd(self) -> None:
+        lock = self._pidfd_lock
+        if lock is None:
+            return
+        with lock:
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+
+    # Reaped: by wait(), poll(), or CPython's _cleanup() of dropped Popens
+    # (through _handle_exitstatus); or found reaped by someone else (ECHILD).
+    def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:
+        super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
+        if self.returncode is not None:  # type: ignore[attr-defined]
+            self._close_pidfd()
+
+    def poll(self) -> int | None:
+        returncode: int | None = super().poll()  # type: ignore[misc]
+        if returncode is not None:
+            self._close_pidfd()
+        return returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        returncode: int = super().wait(timeout)  # type: ignore[misc]
+        self._close_pidfd()
+        return returncode
+
+    def send_signal(self, sig: int) -> None:
+        lock = self._pidfd_lock
+        if lock is None:
+            super().send_signal(sig)  # type: ignore[misc]
+            return
+        self.poll()
+        with lock:
+            if self.pidfd is None:  # reaped meanwhile
+                return
+            try:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def _wait(self, timeout: float | None) -> int | None:
+        lock = self._pidfd_lock
+        if timeout is None or lock is None:
+            return super()._wait(timeout)  # type: ignore[misc, no-any-return]
+        # Sleep until the pidfd says the child exited, instead of CPython's
+        # polling loop; then CPython's own code reaps it.
+        endtime = time.monotonic() + timeout
+        with lock:
+            fd = -1 if self.pidfd is None else os.dup(self.pidfd)
+        if fd >= 0:
+            try:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                if not poller.poll(max(timeout, 0) * 1000):
+                    raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[attr-defined]
+            finally:
+                os.close(fd)
+        return super()._wait(max(endtime - time.monotonic(), 0))  # type: ignore[misc, no-any-return]
+
+    def __del__(self, *args: Any, **kwargs: Any) -> None:
+        self._close_pidfd()
+        super().__del__(*args, **kwargs)  # type: ignore[misc]

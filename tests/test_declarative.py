@@ -1,0 +1,271 @@
+"""The child's declarative setup, checked from inside real children.
+
+Each case is read back by tests/setup_probe.py (run as the child) and must be
+the same three ways:
+
+- rdmaspawn.Popen's keyword argument, with the real DONTFORK hazard planted;
+- the rdmaspawn.preexec helper (and the stdlib preexec_fn value rdmaspawn
+  recognises) under patch(), with the hazard planted: no fork happens, since
+  a forked child of that process would die before exec;
+- the same preexec_fn values under stock CPython, without the hazard (CPython
+  forks and calls them).
+
+and different from a plain child's state in the same run, so that each case
+can fail. (Plain children are not compared across runs: on 3.13 stock
+CPython starts them with glibc's posix_spawn(), whose children start with
+glibc's internal signals 32 and 33 ignored.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hazard_helpers import run_with_hazard
+
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_probe.py")
+
+# name: (Popen keywords, preexec helper, recognised stdlib preexec_fn, what differs)
+CASES = """
+CASES = {
+    "pdeathsig": ("dict(pdeathsig=signal.SIGTERM)", "P.pdeathsig(signal.SIGTERM)", None,
+                  "pdeathsig"),
+    "rlimits": ("dict(rlimits={resource.RLIMIT_NOFILE: (256, 512)})",
+                "P.rlimit(resource.RLIMIT_NOFILE, 256, 512)",
+                "partial(resource.setrlimit, resource.RLIMIT_NOFILE, (256, 512))", "nofile"),
+    "nice": ("dict(nice=5)", "P.nice(5)", "partial(os.nice, 5)", "nice"),
+    "ioprio": ("dict(ioprio=(2, 6))", "P.ioprio(2, 6)", None, "ioprio"),
+    "cpu_affinity": ("dict(cpu_affinity={0})", "P.cpu_affinity([0])",
+                     "partial(os.sched_setaffinity, 0, {0})", "affinity"),
+    "no_new_privs": ("dict(no_new_privs=True)", "P.no_new_privs()", None, "status"),
+    "ignore_signals": ("dict(ignore_signals=[signal.SIGUSR1, signal.SIGHUP])",
+                       "P.ignore_signals(signal.SIGUSR1, signal.SIGHUP)",
+                       "P.chain(partial(signal.signal, signal.SIGUSR1, signal.SIG_IGN),"
+                       "        partial(signal.signal, signal.SIGHUP, signal.SIG_IGN))",
+                       "status"),
+    "default_signals": ("dict(default_signals=[signal.SIGUSR2])",
+                        "P.default_signals(signal.SIGUSR2)",
+                        "partial(signal.signal, signal.SIGUSR2, signal.SIG_DFL)", "status"),
+    "signal_mask": ("dict(signal_mask=[signal.SIGUSR1, signal.SIGWINCH])",
+                    "P.signal_mask([signal.SIGUSR1, signal.SIGWINCH])",
+                    "partial(signal.pthread_sigmask, signal.SIG_SETMASK,"
+                    "        [signal.SIGUSR1, signal.SIGWINCH])", "status"),
+    "session": ("dict(start_new_session=True)", "P.new_session()", "os.setsid",
+                "session_leader"),
+    "process_group": (None, "P.process_group(0)", "os.setpgrp", "group_leader"),
+    "umask": ("dict(umask=0o077)", "P.umask(0o077)", "partial(os.umask, 0o077)", "umask"),
+    "several": ("dict(nice=3, rlimits={resource.RLIMIT_CORE: (0, 0)}, pdeathsig=9)",
+                "P.chain(P.nice(3), P.rlimit(resource.RLIMIT_CORE, 0, 0), P.pdeathsig(9))",
+                "P.chain(partial(os.nice, 3),"
+                "        partial(resource.setrlimit, resource.RLIMIT_CORE, (0, 0)),"
+                "        P.pdeathsig(9))", "nice"),
+}
+"""
+
+_SNIPPET = CASES + """
+import json, resource, subprocess
+from functools import partial
+import rdmaspawn
+import rdmaspawn.preexec as P
+
+PROBE = @PROBE@
+MODE = @MODE@
+signal.signal(signal.SIGUSR2, signal.SIG_IGN)   # for default_signals: inherited otherwise
+
+def state(popen, **kwargs):
+    out = popen([sys.executable, PROBE], stdout=subprocess.PIPE, **kwargs).communicate()[0]
+    return json.loads(out)
+
+if MODE == "patched":
+    rdmaspawn.patch()
+# 3.9's subprocess always forks: under the hazard a plain child comes from us.
+result = {"baseline": state(rdmaspawn.Popen if MODE == "engine" else subprocess.Popen)}
+for name, (kwargs, helper, stdlib, _) in CASES.items():
+    if MODE == "engine":
+        if kwargs is not None:
+            result[name] = state(rdmaspawn.Popen, **eval(kwargs))
+    else:
+        result[name] = state(subprocess.Popen, preexec_fn=eval(helper))
+        if stdlib is not None:
+            result[name + " (stdlib)"] = state(subprocess.Popen, preexec_fn=eval(stdlib))
+print(json.dumps(result))
+"""
+
+
+def _states(mode: str, method: str | None) -> dict:
+    code = _SNIPPET.replace("@PROBE@", repr(PROBE)).replace("@MODE@", repr(mode))
+    run = run_with_hazard(code, method, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def stock() -> dict:
+    """The preexec_fn values under stock CPython, which forks: no hazard here."""
+    return _states("stock", None)
+
+
+def _cases() -> dict:
+    namespace: dict = {}
+    exec(CASES, namespace)
+    return namespace["CASES"]
+
+
+@pytest.mark.parametrize("method", ["madvise", "verbs"])
+def test_popen_keywords_match_preexec_fn_under_cpython(stock: dict, method: str) -> None:
+    """rdmaspawn.Popen(pdeathsig=, rlimits=, nice=, ...) in a process with the
+    real hazard gives the child the very state the equivalent preexec_fn gives
+    under stock CPython, and each differs from a plain child's."""
+    engine = _states("engine", method)
+    for name, (kwargs, _, _, differs) in _cases().items():
+        if kwargs is None:
+            continue
+        assert engine[name] == stock[name], name
+        assert engine[name][differs] != engine["baseline"][differs], name
+        assert stock[name][differs] != stock["baseline"][differs], name
+
+
+@pytest.mark.parametrize("method", ["madvise", "verbs"])
+def test_preexec_values_run_without_fork_under_patch(stock: dict, method: str) -> None:
+    """Under patch(), with the hazard planted (a fork child would crash),
+    rdmaspawn.preexec helpers and the recognised stdlib values (os.setsid,
+    partial(os.nice, n), ...) are carried out in the CLONE_VM child, giving
+    exactly the state stock CPython's forked child gets from the same value."""
+    patched = _states("patched", method)
+    assert set(patched) == set(stock)
+    for name, (_, _, stdlib, differs) in _cases().items():
+        assert patched[name] == stock[name], name
+        assert patched[name][differs] != patched["baseline"][differs], name
+        if stdlib is not None:
+            assert patched[name + " (stdlib)"] == stock[name], name
+            assert stock[name + " (stdlib)"] == stock[name], name
+
+
+def test_unrecognised_preexec_fn_still_refused_with_hazard() -> None:
+    """A preexec_fn with no declarative equivalent (a lambda, or a chain
+    holding one) is still refused under the hazard; the message is a short
+    first line, then one replacement per line."""
+    run = run_with_hazard("""
+        import json, subprocess, rdmaspawn, rdmaspawn.preexec as P
+        rdmaspawn.patch()
+        for fn in (lambda: None, P.chain(P.nice(1), lambda: None)):
+            try:
+                subprocess.run(["true"], preexec_fn=fn)
+            except rdmaspawn.PreexecFnError as exc:
+                print(json.dumps(str(exc)))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    messages = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(messages) == 2
+    lines = messages[0].splitlines()
+    assert len(lines[0]) < 100 and "MADV_DONTFORK" in lines[0]
+    replacements = [line for line in lines if "->" in line]
+    assert len(replacements) >= 10
+    assert all(len(line) < 110 for line in lines)
+    assert any("rdmaspawn.preexec.pdeathsig(sig)" in line for line in replacements)
+
+
+def test_setup_failure_is_an_oserror_naming_the_step() -> None:
+    """A step that fails (setrlimit above the kernel's ceiling: EPERM) raises
+    ChildSetupError: an OSError with the errno and the step, and a
+    SubprocessError as CPython's failed preexec_fn is; no fd and no child
+    are left behind."""
+    run = run_with_hazard("""
+        import errno, json, resource, subprocess, rdmaspawn, rdmaspawn.preexec as P
+        before = sorted(os.listdir("/proc/self/fd"))
+        limits = {resource.RLIMIT_NOFILE: (10**9, 10**9)}
+        out = {}
+        for how in ("keywords", "patched"):
+            try:
+                if how == "keywords":
+                    rdmaspawn.Popen(["true"], rlimits=limits, stdout=subprocess.PIPE)
+                else:
+                    with rdmaspawn.patched():
+                        subprocess.Popen(["true"], stdout=subprocess.PIPE,
+                                         preexec_fn=P.rlimit(resource.RLIMIT_NOFILE,
+                                                             10**9, 10**9))
+            except rdmaspawn.ChildSetupError as exc:
+                out[how] = [exc.errno, exc.step, isinstance(exc, subprocess.SubprocessError),
+                            str(exc)]
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            out["children"] = "some"
+        except ChildProcessError:
+            out["children"] = "none"
+        out["fds"] = sorted(os.listdir("/proc/self/fd")) == before
+        print(json.dumps(out))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.splitlines()[-1])
+    import errno
+    for how in ("keywords", "patched"):
+        err, step, is_subprocess_error, text = out[how]
+        assert (err, step, is_subprocess_error) == (errno.EPERM, "setrlimit", True)
+        assert "setrlimit" in text
+    assert out["children"] == "none" and out["fds"] is True
+
+
+def test_bad_values_fail_in_the_parent() -> None:
+    """Wrong types and ranges are refused before any child exists."""
+    import rdmaspawn
+
+    for kwargs in ({"nice": "5"}, {"pdeathsig": 0}, {"cpu_affinity": []},
+                   {"rlimits": {0: (-2, 5)}}, {"ignore_signals": [99]}):
+        with pytest.raises((TypeError, ValueError)):
+            rdmaspawn.Popen(["true"], **kwargs)
+
+
+def test_setup_runs_in_order_for_privileges() -> None:
+    """Priorities are set before the ids drop (a lower nice value needs
+    CAP_SYS_NICE), and the death signal after (the kernel clears it on a
+    credential change): with user=nobody both still hold in the child.
+    (CPython runs preexec_fn after the ids change, where the nice would fail.)"""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to change user")
+    # nobody cannot run this venv's interpreter (under /root); the system's will do.
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is missing")
+    code = textwrap.dedent(f"""
+        import json, signal, subprocess, sys, rdmaspawn
+        out = rdmaspawn.run([{python!r}, "-I", {PROBE!r}], user=65534, group=65534,
+                            extra_groups=[], pdeathsig=signal.SIGTERM, nice=-5,
+                            stdout=subprocess.PIPE, cwd="/").stdout
+        state = json.loads(out)
+        print(json.dumps([state["pdeathsig"], state["nice"]]))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    pdeathsig, nice = json.loads(res.stdout)
+    assert pdeathsig == 15
+    assert nice == os.getpriority(os.PRIO_PROCESS, 0) - 5
+
+
+def test_guard_lets_recognised_values_through() -> None:
+    """With guard("raise") and patch() in either order, a recognised
+    preexec_fn runs (no fork happens) while an arbitrary one is still stopped."""
+    run = run_with_hazard("""
+        import json, subprocess, rdmaspawn, rdmaspawn.preexec as P
+        out = {}
+        for order in ("guard-first", "patch-first"):
+            if order == "guard-first":
+                rdmaspawn.guard("raise"); rdmaspawn.patch()
+            else:
+                rdmaspawn.patch(); rdmaspawn.guard("raise")
+            rc = subprocess.run(["true"], preexec_fn=P.chain(P.nice(1), os.setsid)).returncode
+            try:
+                subprocess.run(["true"], preexec_fn=lambda: None)
+                refused = None
+            except (rdmaspawn.ForkHazardError, rdmaspawn.PreexecFnError) as exc:
+                refused = type(exc).__name__
+            rdmaspawn.unguard(); rdmaspawn.unpatch()
+            out[order] = [rc, refused is not None]
+        print(json.dumps(out))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == {"guard-first": [0, True],
+                                                       "patch-first": [0, True]}
