@@ -204,6 +204,11 @@ def main() -> None:
         emit(event="way", way=name, outcome=run_way(WAYS[name]), hazard_live=live)
 
     dist.barrier()
+    # Before exit, or a gloo worker thread may free the last work's tensors
+    # during interpreter shutdown: it must take the GIL for that, CPython
+    # ends the thread, and the rank dies of std::terminate ("terminate called
+    # without an active exception"), with or without rdmaspawn: see
+    # measure_exit_aborts.py and pytorch/pytorch#190489.
     dist.destroy_process_group()
     emit(event="done")
     out.close()
