@@ -15,6 +15,15 @@ rank) or it exits non-zero. Prints one line per variant:
 ``VARIANT: A of N aborted (terminate called: T, non-zero exit: E)`` and keeps
 every aborted job's output under ``--keep`` for reading. Not a test: a
 measurement for the report (timings and rates never decide a test here).
+
+What the abort is (a core of one, under gdb): gloo's worker thread
+(``ProcessGroupGloo::runLoop``) destroys the finished all-reduce work, whose
+tensors are held by Python objects, so it takes the GIL
+(``TensorImpl::decref_pyobject``); when the main thread has meanwhile begun
+``Py_FinalizeEx``, ``take_gil`` ends the thread with ``pthread_exit``, whose
+forced unwind meets a ``noexcept`` destructor: ``std::terminate``. No
+rdmaspawn frame takes part; ``--destroy`` (destroy_process_group() before
+exit) closes the window. Known upstream: pytorch/pytorch#190489.
 """
 from __future__ import annotations
 
