@@ -49,11 +49,11 @@ WITHOUT_RDMASPAWN = {
     "torch.mp.spawn": "ok",
     "subprocess user/extra_groups": "signal SIGSEGV",
     "os.spawnvp": "signal SIGSEGV",
+    "Pool default": "timeout",
+    "ProcessPoolExecutor default": r"BrokenProcessPool: .*terminated abruptly.*",
     # Which message depends on who notices the dead worker first.
     "DataLoader default": r"RuntimeError: DataLoader worker \(pid(?:\(s\))? [\d, ]+\) "
                           r"(is killed by signal: Segmentation fault\.|exited unexpectedly)",
-    "Pool default": "timeout",
-    "ProcessPoolExecutor default": r"BrokenProcessPool: .*terminated abruptly.*",
 }
 ALL_OK = {way: "ok" for way in WITHOUT_RDMASPAWN}
 # The ways that need rdmaspawn: the ones a multi-rank test must cover.

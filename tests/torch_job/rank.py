@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import json
 import multiprocessing
 import os
@@ -136,7 +137,10 @@ def way_process_pool_default() -> str:
 
 
 # In this order: the ways that crash without help come last, so that in a
-# run without rdmaspawn the others still start from a clean rank.
+# run without rdmaspawn the others still start from a clean rank. The
+# DataLoader is last of all: until its failed iterator is collected, torch's
+# SIGCHLD handler still watches the dead workers and would raise their
+# death again, out of any later wait, at the next child's exit.
 WAYS: dict[str, Callable[[], str]] = {
     "os.popen": way_popen,
     "asyncio": way_asyncio,
@@ -145,9 +149,9 @@ WAYS: dict[str, Callable[[], str]] = {
     "torch.mp.spawn": way_torch_mp_spawn,
     "subprocess user/extra_groups": way_subprocess_ids,
     "os.spawnvp": way_spawnvp,
-    "DataLoader default": way_dataloader,
     "Pool default": way_pool_default,
     "ProcessPoolExecutor default": way_process_pool_default,
+    "DataLoader default": way_dataloader,
 }
 
 
@@ -159,6 +163,8 @@ def run_way(func: Callable[[], str]) -> str:
     except Exception as exc:  # the outcome is the report
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return f"{type(exc).__name__}: {first}"[:200]
+    finally:
+        gc.collect()  # what a failed way left in cycles (a DataLoader iterator) goes now
 
 
 def main() -> None:
