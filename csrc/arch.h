@@ -1,7 +1,10 @@
 /*
- * What the platform has: raw system calls for the child, and whether the
- * clone3() entry exists. Other architectures build with the glibc clone()
- * path only (and still no errno writes where the wrappers below are used).
+ * What the platform gives the child: raw system calls (rs_sys1..rs_sys4,
+ * which return -errno and never touch errno) and the clone3() entry
+ * (rs_clone3_entry, with RS_DEFINE_CLONE3_ENTRY). Both are written per
+ * architecture in arch/; there is no generic fallback, because the child
+ * cannot make a system call without them, so any other architecture stops
+ * here. A new one needs both (the glibc clone() path uses the first only).
  */
 #ifndef RS_ARCH_H
 #define RS_ARCH_H

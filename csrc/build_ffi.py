@@ -8,7 +8,7 @@ import os
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["spawn.c", "child.c", "forkinit.c", "packed.c", "setup.c"]
+SOURCES = ["spawn.c", "child.c", "report.c", "environ.c", "forkinit.c", "packed.c", "setup.c"]
 
 
 def _cdef() -> str:

@@ -8,7 +8,8 @@
  *    TLS, which the child shares. glibc's setuid()/setgid()/setgroups() are
  *    worse: to keep POSIX per-process credentials they signal every thread on
  *    the process's thread list (SIGSETXID), which here is the parent's.
- *  - Write nothing the parent owns except ctx->err and ctx->step.
+ *  - Write nothing the parent owns except c->entered and the report
+ *    (c->report, c->shared).
  *  - Signals arrive blocked (the parent blocked all of them, glibc's internal
  *    ones too). Handled signals go back to SIG_DFL before the parent's mask is
  *    restored, so no handler of the parent ever runs on this stack. The
@@ -35,15 +36,20 @@ struct rs_ksigaction {
     uint64_t mask;
 };
 
+static int fail_exec(struct rs_child *c, int step, long rc, int exec_index)
+{
+    c->report.err = (int)-rc;
+    c->report.step = step;
+    c->report.exec_index = exec_index;
+    c->report.spawn_id = c->spawn_id;
+    if (c->shared)
+        *c->shared = c->report;
+    return c->req->fail_status;
+}
+
 static int fail(struct rs_child *c, int step, long rc)
 {
-    c->step = step;
-    c->err = (int)-rc;
-    if (c->report_fd >= 0) {
-        int msg[2] = { (int)-rc, step };
-        rs_sys3(SYS_write, c->report_fd, (long)msg, sizeof msg);
-    }
-    return c->req->fail_status;
+    return fail_exec(c, step, rc, 0);
 }
 
 static long set_default(int sig)
@@ -196,6 +202,7 @@ int rs_child_main(void *arg)
     const struct rs_request *r = c->req;
     long rc;
 
+    c->entered = 1;
     if (!c->handlers_cleared)
         reset_handled_signals();
     /* Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored
@@ -215,8 +222,6 @@ int rs_child_main(void *arg)
         return fail(c, RS_STEP_SIGNALS, rc);
 
     for (int i = 0; i < r->n_keep_fds; i++) {
-        if (r->keep_fds[i] == c->report_fd)
-            continue;   /* kept open through close_fds, closed by exec */
         rc = clear_cloexec(r->keep_fds[i]);
         if (rc < 0)
             return fail(c, RS_STEP_KEEP_FDS, rc);
@@ -256,11 +261,15 @@ int rs_child_main(void *arg)
     if (r->set_groups &&
         (rc = rs_sys2(SYS_setgroups, r->n_groups, (long)r->groups)) < 0)
         return fail(c, RS_STEP_SETGROUPS, rc);
+    /* CPython's calls, so that the same request is refused for the same
+     * reason: setregid(gid, gid) and setreuid(uid, uid) may only move the
+     * real id to the current real or effective one (unless privileged),
+     * where setres*id() would also accept the saved id. */
     if (r->set_gid &&
-        (rc = rs_sys3(SYS_setresgid, r->gid, r->gid, r->gid)) < 0)
+        (rc = rs_sys2(SYS_setregid, r->gid, r->gid)) < 0)
         return fail(c, RS_STEP_SETGID, rc);
     if (r->set_uid &&
-        (rc = rs_sys3(SYS_setresuid, r->uid, r->uid, r->uid)) < 0)
+        (rc = rs_sys2(SYS_setreuid, r->uid, r->uid)) < 0)
         return fail(c, RS_STEP_SETUID, rc);
     if (setup && (rc = rs_setup_late(setup, &step)) < 0)
         return fail(c, step, rc);
@@ -271,12 +280,17 @@ int rs_child_main(void *arg)
     /* Like CPython: report the first error that is not "not here", so that
      * a PATH entry that denies access is not hidden by later misses. */
     long first = 0;
+    int i, first_index = 0;
     rc = -ENOENT;
-    for (int i = 0; r->exec_list[i]; i++) {
+    for (i = 0; r->exec_list[i]; i++) {
         rc = rs_sys3(SYS_execve, (long)r->exec_list[i], (long)r->argv,
                      (long)c->envp);
-        if (rc != -ENOENT && rc != -ENOTDIR && first == 0)
+        if (rc != -ENOENT && rc != -ENOTDIR && first == 0) {
             first = rc;
+            first_index = i;
+        }
     }
-    return fail(c, RS_STEP_EXEC, first ? first : rc);
+    if (first)
+        return fail_exec(c, RS_STEP_EXEC, first, first_index);
+    return fail_exec(c, RS_STEP_EXEC, rc, i > 0 ? i - 1 : 0);
 }

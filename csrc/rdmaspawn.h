@@ -15,7 +15,7 @@
 /* Which step of a spawn failed; the child reports it with the errno. */
 enum rs_step {
     RS_STEP_NONE = 0,
-    RS_STEP_STACK = 1,      /* parent: mapping the child's stack */
+    RS_STEP_STACK = 1,      /* unused: a stack that cannot be mapped falls back (spawn.c) */
     RS_STEP_CLONE = 2,      /* parent: clone3() / clone() */
     RS_STEP_KEEP_FDS = 3,   /* child: making pass_fds inheritable */
     RS_STEP_DUP = 4,        /* child: moving a low fd out of the way */
@@ -99,7 +99,7 @@ struct rs_setup {
  */
 struct rs_request {
     char *const *argv;          /* NULL-terminated */
-    char *const *envp;          /* NULL-terminated; NULL: the parent's environ */
+    char *const *envp;          /* NULL-terminated; NULL: environ itself (see below) */
     char *const *exec_list;     /* candidate executables, tried in order */
     const char *cwd;            /* NULL: stay */
     const int *keep_fds;        /* ascending; made inheritable, never closed */
@@ -136,12 +136,22 @@ struct rs_result {
     int err;                    /* errno of the failure, 0 on success */
     int step;                   /* enum rs_step of the failure */
     int clone_method;           /* enum rs_clone_method */
+    int exec_index;             /* RS_STEP_EXEC: the exec_list entry its errno is about */
 };
+
+/*
+ * rs_request.envp == NULL hands the child glibc's environ as it is, which is
+ * only safe if no thread can setenv() or unsetenv() until rs_spawn() returns
+ * (they reallocate and free the array). The Python binding never does that:
+ * it copies environ with the GIL held (environ.c, through ctypes.PyDLL) and
+ * passes the copy (from Python through cffi where ctypes cannot load).
+ */
+extern char **environ;
 
 /* Start a child. Returns 0 on success, else the errno (also in res->err). */
 int rs_spawn(const struct rs_request *req, struct rs_result *res);
 
-/* A short name for a step: "dup2", "chdir", "exec", ... */
+/* A short name for a step: "dup2", "chdir", "execve", ... */
 const char *rs_step_name(int step);
 
 /* Fill out[0..n-1] with pointers to the n NUL-terminated strings that lie

@@ -5,10 +5,43 @@
  * sleeps until the child has exec'd or exited (CLONE_VFORK), so no page table
  * is copied and no MADV_DONTFORK page can go missing, unlike with fork().
  * This file never calls fork(), and the caller (cffi) has released the GIL.
+ *
+ * The modes, and when each is chosen:
+ *
+ *   how the child is made
+ *     clone3() into cgroup   setup->cgroup_fd given: CLONE_INTO_CGROUP (Linux
+ *                            5.7); refused, it falls to the next mode and the
+ *                            child joins through cgroup.procs itself.
+ *     clone3() + own entry   default: CLONE_CLEAR_SIGHAND lets the kernel reset
+ *                            the handlers, and the entry needs no libc.
+ *     glibc clone()          clone3() answered ENOSYS/EINVAL/EPERM once (Linux
+ *                            < 5.5, seccomp, valgrind, qemu-user), or
+ *                            force_clone; the child resets handlers itself.
+ *   how the child's verdict comes back (always both; no pipe, no probe)
+ *     its rs_child.report    on every real kernel: CLONE_VM, so the parent
+ *                            reads what the child wrote, and CLONE_VFORK, so
+ *                            the child is done with it when clone returns.
+ *     a MAP_SHARED slot      where CLONE_VM is emulated by a fork that still
+ *                            waits like vfork (valgrind): a shared page stays
+ *                            shared with a forked child (report.c). qemu-user
+ *                            does not wait: its parent reads before the child
+ *                            has written, so pre-exec errors are lost there
+ *                            (as glibc's posix_spawn() loses them).
+ *                            A pipe is never used: another thread's fork()
+ *                            could inherit its write end, and the spawn would
+ *                            then wait for that unrelated child (CPython's
+ *                            error pipe has this flaw).
+ *   the child's stack
+ *     cached per thread      default: mmap'd once with a guard page below and
+ *                            kept in thread-specific data (thread_stack()).
+ *     mapped per spawn       no pthread key could be made: unmapped after.
+ *     the caller's stack     the mapping failed (RLIMIT_AS headroom, no free
+ *                            vm.max_map_count slot): a frame on the calling
+ *                            thread's own stack, as vfork() would use
+ *                            (run_on_callers_stack()).
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sched.h>
@@ -19,6 +52,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Under AddressSanitizer the child's frames poison parts of its stack and,
+ * as it exec's instead of returning, never unpoison them: the parent does. */
+#ifdef __SANITIZE_ADDRESS__
+#  include <sanitizer/asan_interface.h>
+#  define forget_child_frames(stack, size) ASAN_UNPOISON_MEMORY_REGION(stack, size)
+#else
+#  define forget_child_frames(stack, size) ((void)(stack), (void)(size))
+#endif
+
 #define RS_DEFINE_CLONE3_ENTRY
 #include "arch.h"
 #include "child.h"
@@ -28,12 +70,6 @@
 #endif
 #define RS_CLONE_CLEAR_SIGHAND 0x100000000ULL
 #define RS_CLONE_INTO_CGROUP 0x200000000ULL
-
-/* The child's stack: it needs little (no libc, a 2 KiB dirent buffer), but
- * sanitizers and -fstack-clash-protection want room. */
-#define RS_STACK_SIZE (64 * 1024)
-
-extern char **environ;
 
 /* The kernel's struct clone_args, first version (Linux 5.3). */
 struct rs_clone_args {
@@ -72,8 +108,8 @@ static const char *const step_names[] = {
     [RS_STEP_SETSID] = "setsid",
     [RS_STEP_SETPGID] = "setpgid",
     [RS_STEP_SETGROUPS] = "setgroups",
-    [RS_STEP_SETGID] = "setresgid",
-    [RS_STEP_SETUID] = "setresuid",
+    [RS_STEP_SETGID] = "setregid",
+    [RS_STEP_SETUID] = "setreuid",
     [RS_STEP_CLOSE_FDS] = "close_fds",
     [RS_STEP_EXEC] = "execve",
     [RS_STEP_PREPARE] = "malloc",
@@ -187,12 +223,13 @@ static void free_stack(void *map)
 
 static void make_stack_key(void)
 {
-    stack_total = RS_STACK_SIZE + (size_t)sysconf(_SC_PAGESIZE);
+    stack_total = RS_CHILD_STACK_SIZE + (size_t)sysconf(_SC_PAGESIZE);
     if (pthread_key_create(&stack_key, free_stack) != 0)
         stack_total = 0;    /* no key: map a stack per spawn instead */
 }
 
-/* The lowest usable address of this thread's stack, or NULL (errno set). */
+/* The lowest usable address of this thread's stack, or NULL if it cannot
+ * be mapped (the guard page takes a mapping of its own: two slots). */
 static char *thread_stack(int *owned)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -202,14 +239,12 @@ static char *thread_stack(int *owned)
     *owned = 0;
     if (stack_total && (map = pthread_getspecific(stack_key)) != NULL)
         return map + page;
-    map = mmap(NULL, RS_STACK_SIZE + page, PROT_NONE,
+    map = mmap(NULL, RS_CHILD_STACK_SIZE + page, PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED)
         return NULL;
-    if (mprotect(map + page, RS_STACK_SIZE, PROT_READ | PROT_WRITE) != 0) {
-        int err = errno;
-        munmap(map, RS_STACK_SIZE + page);
-        errno = err;
+    if (mprotect(map + page, RS_CHILD_STACK_SIZE, PROT_READ | PROT_WRITE) != 0) {
+        munmap(map, RS_CHILD_STACK_SIZE + page);
         return NULL;
     }
     if (!stack_total || pthread_setspecific(stack_key, map) != 0)
@@ -218,124 +253,85 @@ static char *thread_stack(int *owned)
 }
 
 /*
- * Does a CLONE_VM child share our memory? On every real kernel, yes. But
- * valgrind and qemu-user run CLONE_VM|CLONE_VFORK as a plain fork, and then
- * the child's report written into memory never reaches us: a missing
- * executable would look like a child that exits 255. Asked once per process
- * with a child that only sets a flag; where the answer is no, the child
- * reports through a CLOEXEC pipe instead. 1: shared, -1: not, 0: not asked.
+ * The fallback when no stack can be mapped: the child runs on a frame of
+ * the calling thread's own stack, as a vfork() child runs on its parent's.
+ * Chosen over a static spare stack because it needs no lock (spawning
+ * threads do not queue behind each other, and a fork() taken while a lock
+ * is held cannot leave it locked in the forked child), no memory that could
+ * itself run out, and it sits above the thread's own guard. The region is
+ * the parent's but unused until clone returns: this thread is suspended
+ * (CLONE_VFORK) with every signal blocked, so no handler runs on it either.
+ * On the main thread the frame may have to grow the stack, which a tight
+ * RLIMIT_AS can refuse, as it can refuse vfork()'s child.
  */
-static int memory_shared;
-
-static int set_flag(void *flag)
+static __attribute__((noinline)) long run_on_callers_stack(struct rs_child *c,
+                                                           int *pidfd, int *method)
 {
-    *(volatile int *)flag = 1;
-    return 0;
+    char stack[RS_CHILD_STACK_SIZE] __attribute__((aligned(16)));
+    long pid = start_child(c, stack, sizeof stack, pidfd, method);
+    forget_child_frames(stack, sizeof stack);
+    return pid;
 }
 
-static int memory_is_shared(char *stack)
-{
-    int state = __atomic_load_n(&memory_shared, __ATOMIC_RELAXED);
-    if (state == 0) {
-        volatile int flag = 0;
-        long pid = clone(set_flag, stack + RS_STACK_SIZE,
-                         CLONE_VM | CLONE_VFORK | SIGCHLD, (void *)&flag,
-                         NULL, NULL, NULL);
-        if (pid < 0)
-            return 1;   /* the spawn itself will fail and say why */
-        while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        state = flag ? 1 : -1;
-        __atomic_store_n(&memory_shared, state, __ATOMIC_RELAXED);
-    }
-    return state > 0;
-}
+#ifdef RS_MEASURE_STACK
+size_t rs_child_stack_used;
+#endif
 
-/* Pipe mode: keep_fds plus the report fd, still ascending, in *merged. */
-static int add_report_fd(struct rs_request *r, int fd, int **merged)
+static long run_on_mapped_stack(struct rs_child *c, char *stack, int *pidfd, int *method)
 {
-    int n = r->n_keep_fds, j = 0;
-    int *out = malloc(((size_t)n + 1) * sizeof *out);
-    if (!out)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        if (j == i && r->keep_fds[i] > fd)
-            out[j++] = fd;
-        out[j++] = r->keep_fds[i];
-    }
-    if (j == n)
-        out[j++] = fd;
-    r->keep_fds = out;
-    r->n_keep_fds = n + 1;
-    *merged = out;
-    return 0;
-}
-
-static void read_report(int fd, struct rs_child *c)
-{
-    int msg[2];
-    ssize_t n;
-    while ((n = read(fd, msg, sizeof msg)) < 0 && errno == EINTR)
-        ;
-    if (n == (ssize_t)sizeof msg) {
-        c->err = msg[0];
-        c->step = msg[1];
-    }
+#ifdef RS_MEASURE_STACK
+    size_t untouched = 0;
+    memset(stack, 0xa5, RS_CHILD_STACK_SIZE);
+#endif
+    long pid = start_child(c, stack, RS_CHILD_STACK_SIZE, pidfd, method);
+#ifdef RS_MEASURE_STACK
+    while (untouched < RS_CHILD_STACK_SIZE && (unsigned char)stack[untouched] == 0xa5)
+        untouched++;
+    rs_child_stack_used = RS_CHILD_STACK_SIZE - untouched;
+#endif
+    forget_child_frames(stack, RS_CHILD_STACK_SIZE);
+    return pid;
 }
 
 int rs_spawn(const struct rs_request *req, struct rs_result *res)
 {
     int saved_errno = errno;
-    struct rs_request r = *req;
     struct rs_child c;
     uint64_t all = ~(uint64_t)0;
-    int pidfd = -1, owned, report[2] = { -1, -1 };
-    int *merged = NULL;
+    int pidfd = -1, owned;
 
     res->pid = -1;
     res->pidfd = -1;
     res->err = 0;
     res->step = RS_STEP_NONE;
     res->clone_method = RS_CLONE_NONE;
+    res->exec_index = 0;
 
     memset(&c, 0, sizeof c);
-    c.req = &r;
-    c.envp = r.envp ? r.envp : environ;
-    c.report_fd = -1;
-
+    c.req = req;
+    c.envp = req->envp ? req->envp : environ;
+    c.shared = rs_take_report_slot();
+    c.spawn_id = rs_new_spawn_id();
     char *stack = thread_stack(&owned);
-    if (!stack) {
-        res->err = errno;
-        res->step = RS_STEP_STACK;
-        errno = saved_errno;
-        return res->err;
-    }
 
     /* Block everything, glibc's SIGCANCEL and SIGSETXID too (hence the raw
      * call: pthread_sigmask() refuses those), so that no handler runs in the
      * child before it has reset them; the child inherits this mask. */
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&c.mask,
             sizeof(uint64_t));
-    long pid;
-    if (!memory_is_shared(stack) &&
-        (pipe2(report, O_CLOEXEC) < 0 ||
-         (r.close_fds && add_report_fd(&r, report[1], &merged) < 0))) {
-        pid = -errno;
-    } else {
-        c.report_fd = report[1];
-        pid = start_child(&c, stack, RS_STACK_SIZE, &pidfd, &res->clone_method);
-    }
+    long pid = stack ? run_on_mapped_stack(&c, stack, &pidfd, &res->clone_method)
+                     : run_on_callers_stack(&c, &pidfd, &res->clone_method);
     rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&c.mask, 0,
             sizeof(uint64_t));
     if (owned)
-        munmap(stack - sysconf(_SC_PAGESIZE), RS_STACK_SIZE + sysconf(_SC_PAGESIZE));
-    if (report[1] >= 0) {
-        close(report[1]);
-        if (pid > 0)
-            read_report(report[0], &c);   /* EOF at the child's exec or exit */
-        close(report[0]);
-    }
-    free(merged);
+        munmap(stack - sysconf(_SC_PAGESIZE), RS_CHILD_STACK_SIZE + sysconf(_SC_PAGESIZE));
+    /* The child ran in a copy of our memory: only the shared slot has its
+     * report. The id tells a report of this spawn from one that a child
+     * which did not make its parent wait (qemu-user) wrote late, or that a
+     * fork()ed copy of this process (sharing the page) wrote. */
+    if (pid > 0 && !c.entered && c.shared && c.shared->spawn_id == c.spawn_id)
+        c.report = *c.shared;
+    rs_give_report_slot(c.shared);
 
     if (pid < 0) {
         res->err = (int)-pid;
@@ -345,14 +341,15 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res)
     }
     res->pid = (int)pid;
     res->pidfd = pidfd;
-    if (c.err) {
-        res->err = c.err;
-        res->step = c.step;
+    if (c.report.err) {
+        res->err = c.report.err;
+        res->step = c.report.step;
+        res->exec_index = c.report.exec_index;
         if (pidfd >= 0) {
             close(pidfd);
             res->pidfd = -1;
         }
-        if (r.reap_on_failure) {
+        if (req->reap_on_failure) {
             while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
                 ;
         }

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -39,8 +39,8 @@ def probe_path() -> str:
 _ANON = re.compile(r"^(pipe|socket|anon_inode):.*")
 
 
-def normalize(report: Dict[str, Any], parent_pid: int | None = None,
-              spawn_kwargs: Dict[str, Any] = {}) -> Dict[str, Any]:
+def normalize(report: dict[str, Any], parent_pid: int | None = None,
+              spawn_kwargs: dict[str, Any] = {}) -> dict[str, Any]:
     """Keep what the spawner decides; replace what differs run to run."""
     pid = report["pid"]
     parent = parent_pid if parent_pid is not None else report["ppid"]
@@ -86,7 +86,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run_probe(popen: Any, args: tuple = (), **kwargs: Any) -> Dict[str, Any]:
+def run_probe(popen: Any, args: tuple = (), **kwargs: Any) -> dict[str, Any]:
     """Run the probe with ``popen`` (a Popen class) and return its normalized report."""
     kwargs.setdefault("stdout", subprocess.PIPE)
     with popen([probe_path(), *args], **kwargs) as proc:
@@ -107,9 +107,9 @@ if os.geteuid() == 0:
     FLAGS += ["user", "group", "extra_groups"]
 
 
-def combination_kwargs(flags: list[str]) -> Dict[str, Any]:
+def combination_kwargs(flags: list[str]) -> dict[str, Any]:
     """Popen keyword arguments for one combination of FLAGS."""
-    kw: Dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
+    kw: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
                           "stderr": subprocess.DEVNULL}
     values = {
         "cwd": ("cwd", "/tmp"),
@@ -137,7 +137,7 @@ def all_combinations() -> list[list[str]]:
             for c in itertools.combinations(FLAGS, n)]
 
 
-def comparable(report: Dict[str, Any], flags: list[str]) -> Dict[str, Any]:
+def comparable(report: dict[str, Any], flags: list[str]) -> dict[str, Any]:
     """What must match across processes: with close_fds=False the child
     inherits whatever the parent happens to hold, so keep 0-2 and PASS_FD."""
     if "close_fds_false" in flags:
@@ -147,7 +147,7 @@ def comparable(report: Dict[str, Any], flags: list[str]) -> Dict[str, Any]:
     return report
 
 
-def run_combinations(popen: Any, probe: str) -> list[Dict[str, Any]]:
+def run_combinations(popen: Any, probe: str) -> list[dict[str, Any]]:
     """Run the probe once per combination with ``popen``; return comparable reports."""
     import warnings
 

@@ -43,7 +43,7 @@ def test_stdlib_test_subprocess_passes_under_patch():
             [sys.executable, str(RUNNER), "--timeout", str(TIMEOUT - 60)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             timeout=TIMEOUT,
-            errors="replace", universal_newlines=True)
+            errors="replace", text=True)
     except subprocess.TimeoutExpired as exc:
         out = exc.output or b""
         if isinstance(out, bytes):

@@ -8,8 +8,6 @@
 #ifndef RS_ARCH_X86_64_H
 #define RS_ARCH_X86_64_H
 
-#define RS_HAVE_CLONE3_ENTRY 1
-
 static inline long rs_sys1(long n, long a)
 {
     long ret;

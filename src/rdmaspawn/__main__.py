@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 __all__ = ["main"]
 
@@ -28,9 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand; return its exit status."""
-    args: List[str] = list(sys.argv[1:] if argv is None else argv)
+    args: list[str] = list(sys.argv[1:] if argv is None else argv)
     # Each subcommand parses its own arguments (and its own --help).
     if args and args[0] == "doctor":
         from .tools.doctor import main as doctor_main

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, NamedTuple
 
 try:
+    from . import _rdmaspawn_cffi as _cffi_module
     from ._rdmaspawn_cffi import ffi, lib
 except ImportError as _exc:  # pragma: no cover - a source tree without its build
     raise ImportError(
@@ -30,12 +33,14 @@ __all__ = [
     "fork_status",
 ]
 
-CLOSE_FDS = lib.RS_F_CLOSE_FDS
-RESTORE_SIGNALS = lib.RS_F_RESTORE_SIGNALS
-SETSID = lib.RS_F_SETSID
-WANT_PIDFD = lib.RS_F_WANT_PIDFD
-REAP_ON_FAILURE = lib.RS_F_REAP_ON_FAILURE
-FORCE_CLONE = lib.RS_F_FORCE_CLONE
+# The flags of spawn_flat(), for its callers (the C enum rs_flags is their
+# one definition).
+CLOSE_FDS: int = lib.RS_F_CLOSE_FDS
+RESTORE_SIGNALS: int = lib.RS_F_RESTORE_SIGNALS
+SETSID: int = lib.RS_F_SETSID
+WANT_PIDFD: int = lib.RS_F_WANT_PIDFD
+REAP_ON_FAILURE: int = lib.RS_F_REAP_ON_FAILURE
+FORCE_CLONE: int = lib.RS_F_FORCE_CLONE
 
 _CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
                   "loop": lib.RS_CLOSE_LOOP}
@@ -56,10 +61,10 @@ class SpawnError(OSError):
 
     errno: int
     step: str
-    pid: Optional[int]
+    pid: int | None
 
     def __init__(self, err: int, step: str, filename: object = None,
-                 pid: Optional[int] = None) -> None:
+                 pid: int | None = None) -> None:
         if filename is None:
             super().__init__(err, os.strerror(err))
         else:
@@ -84,7 +89,7 @@ class ForkStatus(NamedTuple):
     """
 
     state: str
-    library: Optional[str]
+    library: str | None
 
 
 def _fsencode(value: object) -> bytes:
@@ -119,6 +124,75 @@ def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     for item in items:
         _fsencode(item)
     raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
+
+
+class _EnvironCopier:
+    """csrc/environ.c's rs_environ_copy(), called with the GIL held.
+
+    The child must see what a CPython child sees with ``env=None``: the C
+    ``environ`` (which os.putenv() changes without os.environ). But the
+    spawn runs with the GIL released, while another thread's os.environ
+    update (setenv/unsetenv) may reallocate and free that array: handing it
+    to the child gave EFAULT or heap bytes as environment. Python code only
+    changes it with the GIL held, and ctypes.PyDLL keeps the GIL for the
+    call, so the copy is consistent; the C loop costs a third of walking the
+    array from Python through cffi. One buffer per thread, grown as needed.
+    """
+
+    def __init__(self) -> None:
+        import ctypes  # only for this: keeps `import rdmaspawn` light
+
+        function = ctypes.PyDLL(_cffi_module.__file__).rs_environ_copy
+        function.restype = ctypes.c_long
+        function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_int)]
+        self._copy = function
+        self._ctypes = ctypes
+        self._local = threading.local()
+
+    def __call__(self) -> tuple[bytes, int]:
+        ctypes, local = self._ctypes, self._local
+        count = ctypes.c_int()
+        buf = getattr(local, "buf", None)
+        cap = 0 if buf is None else len(buf)
+        while True:
+            need = self._copy(buf, cap, ctypes.byref(count))
+            if need <= cap:
+                return ctypes.string_at(buf, need) + b"\0", count.value
+            cap = need * 2
+            buf = local.buf = ctypes.create_string_buffer(cap)
+
+
+def _environ_blob_cffi() -> tuple[bytes, int]:
+    """The same copy walked from Python, where ctypes cannot be loaded (a
+    process that dropped the privileges to read its own install, say).
+    Reading a cffi global and indexing it never releases the GIL."""
+    env = lib.environ
+    if env == ffi.NULL:  # after clearenv()
+        return b"\0", 0
+    entries: list[bytes] = []
+    append, string = entries.append, ffi.string   # the hot loop, as locals
+    i = 0
+    entry = env[0]
+    while entry:  # a NULL pointer is false
+        append(string(entry))
+        i += 1
+        entry = env[i]
+    return b"\0".join(entries) + b"\0", i
+
+
+_environ_copy: Callable[[], tuple[bytes, int]] | None = None
+
+
+def _environ_blob() -> tuple[bytes, int]:
+    """A private copy of the C environment, as a blob and its count (see
+    :class:`_EnvironCopier`)."""
+    global _environ_copy
+    if _environ_copy is None:
+        try:
+            _environ_copy = _EnvironCopier()
+        except (ImportError, OSError, AttributeError):
+            _environ_copy = _environ_blob_cffi
+    return _environ_copy()
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -158,7 +232,7 @@ def _id(value: object, what: str) -> int:
 def spawn(
     argv: Sequence[object],
     exec_list: Sequence[object],
-    env: Optional[Sequence[object]] = None,
+    env: Sequence[object] | None = None,
     cwd: object = None,
     stdin: int = -1,
     stdout: int = -1,
@@ -170,9 +244,9 @@ def spawn(
     restore_signals: bool = True,
     setsid: bool = False,
     pgid: int = -1,
-    gid: Optional[int] = None,
-    groups: Optional[Sequence[int]] = None,
-    uid: Optional[int] = None,
+    gid: int | None = None,
+    groups: Sequence[int] | None = None,
+    uid: int | None = None,
     want_pidfd: bool = False,
     reap_on_failure: bool = True,
     fail_status: int = 255,
@@ -205,10 +279,10 @@ def spawn(
 
 
 def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
-               env: Optional[Sequence[object]], cwd: object, stdin: int, stdout: int,
+               env: Sequence[object] | None, cwd: object, stdin: int, stdout: int,
                stderr: int, close_in_child: Sequence[int], pass_fds: Sequence[int],
-               flags: int, close_method: int, umask: int, pgid: Optional[int],
-               groups: Optional[Sequence[int]], gid: Optional[int], uid: Optional[int],
+               flags: int, close_method: int, umask: int, pgid: int | None,
+               groups: Sequence[int] | None, gid: int | None, uid: int | None,
                fail_status: int, setup: ChildSetup | None = None,
                _setup_ptr: Any = None) -> tuple[int, int]:
     """:func:`spawn` with positional arguments, the flags already combined
@@ -222,7 +296,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
             fail_status)
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
-    env_blob, nenv = _blob(env) if env is not None else (ffi.NULL, -1)
+    env_blob, nenv = _blob(env) if env is not None else _environ_blob()
     fds = list(pass_fds)
     closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
     gids = [_id(g, "group") for g in groups] if groups is not None else []
@@ -247,7 +321,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
         if res.step == lib.RS_STEP_CHDIR:
             filename = cwd
         elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
-            filename = argv[0] if len(argv) else exec_list[0]
+            filename = exec_list[res.exec_index]  # the path whose error this is
         raise SpawnError(res.err, step, filename, pid)
     return res.pid, res.pidfd
 
@@ -255,7 +329,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
 _spawn_flat = spawn_flat  # the setup path's way back in, whatever replaces the name
 
 
-def _status(call: str) -> tuple[int, Optional[str], int]:
+def _status(call: str) -> tuple[int, str | None, int]:
     path = ffi.new("char[]", 4096)
     err = ffi.new("int *")
     if call == "init":

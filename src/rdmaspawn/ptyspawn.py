@@ -64,8 +64,10 @@ def pty_spawn(
     except _engine.SpawnError as err:
         os.close(master)
         if err.step in ("execve", "chdir"):
-            # As subprocess raises it: FileNotFoundError, PermissionError, ...
-            raise OSError(err.errno, os.strerror(err.errno), err.filename) from None
+            # As subprocess raises it: FileNotFoundError, PermissionError, ...,
+            # naming the program as given (err.filename is the path tried).
+            name = argv[0] if err.step == "execve" else err.filename
+            raise OSError(err.errno, os.strerror(err.errno), name) from None
         raise
     except BaseException:
         os.close(master)

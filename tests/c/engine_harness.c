@@ -3,8 +3,9 @@
  * with no Python, so that it can run under AddressSanitizer, UBSan, valgrind
  * and qemu-user. tests/test_c_harness.py builds and runs it.
  *
- *   cc -std=gnu11 -Wall -Wextra -Icsrc tests/c/engine_harness.c \
- *      csrc/spawn.c csrc/child.c csrc/forkinit.c -ldl -lpthread
+ *   cc -std=gnu11 -Wall -Wextra -DRS_MEASURE_STACK -Icsrc tests/c/engine_harness.c \
+ *      csrc/spawn.c csrc/child.c csrc/report.c csrc/forkinit.c csrc/setup.c \
+ *      -ldl -lpthread
  *
  * Prints one "ok N - what" / "not ok N - what" line per check, "# ..." notes
  * (which clone path ran, the fork status), then "N passed, N failed, N todo";
@@ -15,11 +16,15 @@
  * children forked from a multi-threaded process deadlocked inside qemu.
  *
  * valgrind and qemu-user run a CLONE_VM|CLONE_VFORK child as a plain fork, so
- * a report written into memory never reaches the parent (glibc's own
- * posix_spawn() loses its errors there); the engine notices and reports
- * through a pipe instead, and the failure checks must pass there too.
- * qemu-user has no CLONE_PIDFD: probe() finds that out with a bare clone(),
- * independently of the engine, and those checks are "# TODO" there.
+ * a report written into private memory never reaches the parent (glibc's own
+ * posix_spawn() loses its errors there); the engine's child also writes it
+ * into a MAP_SHARED page, which valgrind's parent reads after the child is
+ * done (it keeps the vfork wait), so the failure checks pass there too.
+ * qemu-user neither waits nor has CLONE_PIDFD: probe() finds that out with a
+ * bare clone(), independently of the engine, and those checks are "# TODO"
+ * there. A second thread forks throughout (unless RS_HARNESS_NO_THREADS), its
+ * children living to the end, so that a spawn that waited on something
+ * they inherited would hang the harness.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -32,12 +37,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rdmaspawn.h"
+#include "child.h"      /* RS_CHILD_STACK_SIZE */
 
 static int n_pass, n_fail, n_todo;
 static char self[PATH_MAX];
@@ -46,7 +54,7 @@ static const char *todo;        /* set: a failing check is expected here */
 static void check(int ok, const char *what, int line)
 {
     printf("%sok %d - %s", ok ? "" : "not ", n_pass + n_fail + n_todo + 1, what);
-    if (todo)
+    if (todo && !ok)
         printf(" # TODO %s", todo);
     printf(ok || todo ? "\n" : " (line %d)\n", line);
     ok ? n_pass++ : todo ? n_todo++ : n_fail++;
@@ -54,13 +62,17 @@ static void check(int ok, const char *what, int line)
 #define CHECK(cond, what) check(!!(cond), what, __LINE__)
 
 /* What the "kernel" under us does with CLONE_VM|CLONE_VFORK and CLONE_PIDFD. */
-static int shares_vm = 1, has_pidfd = 1;
+static int shares_vm = 1, waits = 1, has_pidfd = 1;
 static volatile int probe_wrote;
 
-static int probe_child(void *arg)
+/* Writes our memory (seen only if shared) and, after a pause, a MAP_SHARED
+ * page (seen when clone returns only if the parent waited for the child). */
+static int probe_child(void *page)
 {
-    (void)arg;
+    struct timespec pause = { 0, 50 * 1000 * 1000 };
     probe_wrote = 1;
+    nanosleep(&pause, NULL);
+    *(volatile int *)page = 1;
     return 0;
 }
 
@@ -68,22 +80,87 @@ static void probe(void)
 {
     static char stack[16384] __attribute__((aligned(16)));
     int pidfd = -1, flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
-    int pid = clone(probe_child, stack + sizeof stack, flags | CLONE_PIDFD, NULL, &pidfd);
+    int *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int pid = clone(probe_child, stack + sizeof stack, flags | CLONE_PIDFD, page, &pidfd);
     if (pid < 0 && errno == EINVAL) {
         has_pidfd = 0;
-        pid = clone(probe_child, stack + sizeof stack, flags, NULL);
+        pid = clone(probe_child, stack + sizeof stack, flags, page);
     }
+    waits = *(volatile int *)page;
     if (pid > 0)
         waitpid(pid, NULL, 0);
     if (pidfd >= 0)
         close(pidfd);
+    munmap(page, 4096);
     shares_vm = probe_wrote;
-    printf("# environment: CLONE_VM child %s, CLONE_PIDFD %s\n",
+    printf("# environment: CLONE_VM child %s, CLONE_VFORK %s, CLONE_PIDFD %s\n",
            shares_vm ? "shares our memory" : "DOES NOT share our memory (runs as fork)",
+           waits ? "waits" : "DOES NOT wait",
            has_pidfd ? "works" : "UNSUPPORTED");
 }
 
 /* ---- child modes: what the spawned program sees -------------------------- */
+
+static void request(struct rs_request *r, char *const *argv, char *const *exe);
+static int wait_exit(int pid);
+
+/* 0 if a spawn of /bin/true works and one of a missing program says ENOENT
+ * at execve: the engine under pressure, on the first spawn of a process (its
+ * stack and report page not mapped yet). Bit 0: true failed, bit 1: the
+ * failure was not reported. */
+static int two_spawns(void)
+{
+    char *argv[] = { "true", NULL }, *ok[] = { "/bin/true", NULL };
+    char *missing[] = { "/nonexistent/true", NULL };
+    struct rs_request r;
+    struct rs_result res;
+    int bad = 0;
+    request(&r, argv, ok);
+    if (rs_spawn(&r, &res) != 0 || wait_exit(res.pid) != 0)
+        bad |= 1;
+    r.exec_list = missing;
+    if (rs_spawn(&r, &res) != ENOENT || res.step != RS_STEP_EXEC)
+        bad |= 2;
+    return bad;
+}
+
+/* Use up every free mapping slot (vm.max_map_count) of this process by
+ * splitting one reservation into single pages of alternating protection,
+ * then spawn (no map slot free), then free one slot and spawn again. This
+ * process only: the system's limit is left alone. 4: could not use them up. */
+static int spawn_without_map_slots(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = 1 << 18;
+    char *region = mmap(NULL, pages * page, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    size_t i;
+    if (region == MAP_FAILED)
+        return 4;
+    for (i = 1; i < pages; i += 2)
+        if (mprotect(region + i * page, page, PROT_READ) != 0)
+            break;
+    if (i >= pages || errno != ENOMEM)
+        return 16;
+    int bad = two_spawns();
+    munmap(region, page);       /* page 0 was a mapping of its own */
+    return bad | two_spawns() << 2;
+}
+
+/* Spawn with no address space to spare (RLIMIT_AS just above what we use). */
+static int spawn_with_tight_as(void)
+{
+    char line[256];
+    unsigned long kib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        sscanf(line, "VmSize: %lu kB", &kib);
+    if (f)
+        fclose(f);
+    struct rlimit rl = { (kib + 4) * 1024, RLIM_INFINITY };
+    if (!kib || setrlimit(RLIMIT_AS, &rl) != 0)
+        return 16;
+    return two_spawns();
+}
 
 /* --exit N: exit N.  --fds k3 g4 ...: 0 if every k fd is open and every g fd
  * closed.  --stdio: copy stdin to stdout and stderr, each with a prefix.
@@ -131,6 +208,11 @@ static int child_mode(int argc, char **argv)
                (sig == SIGTERM) << 4 | (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1) << 5 |
                (CPU_COUNT(&cpus) == 1 && CPU_ISSET(0, &cpus)) << 6;
     }
+    /* _exit: no exit handlers (LeakSanitizer's) in a process out of memory. */
+    if (!strcmp(argv[1], "--no-map-slots"))
+        _exit(spawn_without_map_slots());
+    if (!strcmp(argv[1], "--tight-as"))
+        _exit(spawn_with_tight_as());
     return 99;
 }
 
@@ -193,6 +275,123 @@ static int run_self(struct rs_request *r, struct rs_result *res, char **args)
 
 /* ---- the checks ------------------------------------------------------------ */
 
+/* A thread that forks now and then while the checks run; its children sleep
+ * until the end, holding whatever they inherited (an fd the engine opened
+ * for a spawn in flight, say): no spawn may wait on them. */
+#define N_FORKED 48
+static pid_t forked[N_FORKED];
+static volatile int n_forked, forking;
+static pthread_t forker_thread;
+
+static void *forker(void *arg)
+{
+    struct timespec gap = { 0, 4 * 1000 * 1000 };
+    (void)arg;
+    while (forking && n_forked < N_FORKED) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (;;)
+                pause();
+        }
+        if (pid > 0)
+            forked[n_forked++] = pid;
+        nanosleep(&gap, NULL);
+    }
+    return NULL;
+}
+
+static void start_forking(void)
+{
+    if (getenv("RS_HARNESS_NO_THREADS"))
+        return;
+    forking = 1;
+    if (pthread_create(&forker_thread, NULL, forker, NULL) != 0)
+        forking = 0;
+}
+
+static void stop_forking(void)
+{
+    if (!forking)
+        return;
+    forking = 0;
+    pthread_join(forker_thread, NULL);
+    for (int i = 0; i < n_forked; i++) {
+        kill(forked[i], SIGKILL);
+        waitpid(forked[i], NULL, 0);
+    }
+    printf("# a second thread forked %d children during the checks\n", n_forked);
+    CHECK(n_forked > 0, "fork() in a second thread ran alongside the spawns");
+}
+
+/* The engine under memory pressure (a fresh process each: the engine maps
+ * its stack and report page once per thread / process). */
+static void test_pressure(void)
+{
+    char *slots[] = { "--no-map-slots", NULL }, *as[] = { "--tight-as", NULL };
+    struct rs_request r;
+    struct rs_result res;
+    /* Where the parent does not wait, no failure can be reported (bits 1, 3). */
+    int ignored = waits ? 0 : 2 | 8, rc;
+    request(&r, NULL, NULL);
+    rc = run_self(&r, &res, slots) & ~ignored;
+    CHECK(rc == 0, "no free mapping slot, then one: spawns work and report (caller's stack)");
+    if (rc)
+        printf("#   --no-map-slots exited %d\n", rc);
+    rc = run_self(&r, &res, as) & ~ignored;
+    CHECK(rc == 0, "RLIMIT_AS at our size + 4 KiB: spawns work and report");
+    if (rc)
+        printf("#   --tight-as exited %d\n", rc);
+}
+
+#ifdef RS_MEASURE_STACK
+/* The deepest failure there is: every step, a setup, the /proc walk, exec
+ * misses. */
+static void test_stack_depth(void)
+{
+    char *exe[] = { "/nonexistent/a", "/nonexistent/b", NULL }, *argv[] = { "true", NULL };
+    static const int keep[] = { 0, 1, 2 };
+    struct rlimit now;
+    struct rs_rlimit limit = { RLIMIT_MSGQUEUE, 0, 0 };
+    struct rs_setup s;
+    struct rs_request r;
+    struct rs_result res;
+    size_t deepest = 0;
+    getrlimit(RLIMIT_MSGQUEUE, &now);
+    limit.soft = now.rlim_cur;
+    limit.hard = now.rlim_max;
+    memset(&s, 0, sizeof s);
+    s.cgroup_fd = s.cgroup_procs_fd = s.ctty_fd = -1;
+    s.rlimits = &limit;
+    s.n_rlimits = 1;
+    s.ignore_signals = 1ULL << (SIGUSR1 - 1);
+    s.set_signal_mask = 1;
+    s.signal_mask = 1ULL << (SIGUSR2 - 1);
+    for (int force = 0; force <= 1; force++) {
+        request(&r, argv, exe);
+        r.force_clone = force;
+        r.close_method = RS_CLOSE_PROC;
+        r.keep_fds = keep;
+        r.n_keep_fds = 3;
+        r.stdin_fd = 0;
+        r.stdout_fd = 1;
+        r.stderr_fd = 2;
+        r.cwd = "/";
+        r.umask = 022;
+        r.setup = &s;
+        rs_spawn(&r, &res);
+        if (rs_child_stack_used > deepest)
+            deepest = rs_child_stack_used;
+    }
+    printf("# child stack: %zu of %d bytes used\n", deepest, RS_CHILD_STACK_SIZE);
+    if (!shares_vm) {
+        printf("# child stack: not measurable here (the child wrote a copy)\n");
+        return;
+    }
+    CHECK(deepest > 0 && deepest <= RS_CHILD_STACK_SIZE / 2,
+          "the child uses at most half of its stack");
+}
+#endif
+
 static char *true_argv[] = { "true", NULL };
 
 static void test_success(int force)
@@ -223,8 +422,10 @@ static void expect_fail(struct rs_request *r, int err, int step, const char *wha
     struct rs_result res;
     errno = 4242;
     int rc = rs_spawn(r, &res);
+    todo = waits ? NULL : "the parent does not wait: the report comes too late";
     CHECK(rc == err && res.err == err && res.step == step && errno == 4242 &&
           res.pid > 0 && res.pidfd == -1, what);
+    todo = NULL;
     if (rc != err || res.step != step)
         printf("#   got rc %d (%s) step %s\n", rc, strerror(rc), rs_step_name(res.step));
     if (rc == 0) {              /* "succeeded": no error came back */
@@ -564,6 +765,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     probe();
     int fds = count_fds();
+    start_forking();
 
     for (int force = 0; force <= 1; force++) {
         printf("# --- force_clone=%d\n", force);
@@ -576,6 +778,11 @@ int main(int argc, char **argv)
         test_setup(force);
     }
     test_threads();
+    stop_forking();
+#ifdef RS_MEASURE_STACK
+    test_stack_depth();
+#endif
+    test_pressure();
     test_misc();
     CHECK(count_fds() == fds, "no fd leaked by all of the above");
     test_fork_init();

@@ -71,6 +71,15 @@ def _error_bytes(err: _engine.SpawnError, chdir_tag: bytes) -> bytes:
     return b"OSError:%x:%s" % (err.errno, tag)
 
 
+def _plain_c_ints(values: tuple[Any, ...]) -> bool:
+    """Whether every value is an int (not a subclass) that fits a C int: what
+    CPython's _execute_child passes; anything else takes the converter."""
+    for value in values:
+        if type(value) is not int or not -0x80000000 <= value <= 0x7FFFFFFF:
+            return False
+    return True
+
+
 def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
     """Build a ``fork_exec`` whose preexec_fn path goes to ``fallback``.
 
@@ -96,11 +105,12 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
 
         # Convert and check as fork_exec does, in its order: the ints as it
         # parses its arguments, then its preconditions, strings, ids.
-        c_int, parser = _cpython.c_int, internals.int_parser
+        ints: tuple[Any, ...] = call[6:14] + (call.pgid_to_set, call.child_umask)
+        if not _plain_c_ints(ints):  # the hot path skips the converter
+            c_int, parser = _cpython.c_int, internals.int_parser
+            ints = tuple(c_int(value, parser) for value in ints)
         (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
-         errpipe_write) = (c_int(fd, parser) for fd in call[6:14])
-        pgid = c_int(call.pgid_to_set, parser)
-        umask = c_int(call.child_umask, parser)
+         errpipe_write, pgid, umask) = ints
         if call.close_fds and errpipe_write < 3:
             raise ValueError("errpipe_write must be >= 3")
         arguments.check_fds_to_keep(call.fds_to_keep)

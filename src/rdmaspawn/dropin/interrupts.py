@@ -20,6 +20,7 @@ a SIGTERM handler raising SystemExit).
 """
 from __future__ import annotations
 
+import _signal  # signal's C half: the same calls without the enum conversions
 import signal
 import sys
 import threading
@@ -27,6 +28,9 @@ from types import FrameType
 from typing import Any, Callable
 
 __all__ = ["Held", "hold"]
+
+# On the hot path (every Popen in the main thread): a plain int, no enum.
+_SIGINT = int(signal.SIGINT)
 
 
 class Held:
@@ -50,21 +54,21 @@ class Held:
     def release(self) -> None:
         """Give SIGINT its handler back; one that arrived after the last
         :meth:`replay` is raised again, for that handler."""
-        signal.signal(signal.SIGINT, self.handler)
+        _signal.signal(_SIGINT, self.handler)
         if self.arrived > self.handled:
-            signal.raise_signal(signal.SIGINT)
+            _signal.raise_signal(_SIGINT)
 
 
 def hold() -> Held | None:
     """Start holding SIGINT back, or None where its handler cannot run here."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    handler = signal.getsignal(signal.SIGINT)
+    handler = _signal.getsignal(_SIGINT)
     if not callable(handler):
         return None  # SIG_IGN, SIG_DFL, or not installed from Python
     held = Held(handler)
     try:
-        signal.signal(signal.SIGINT, held._record)
+        _signal.signal(_SIGINT, held._record)
     except ValueError:  # a subinterpreter: no signal handlers of its own
         return None
     return held
