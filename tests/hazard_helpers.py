@@ -49,9 +49,11 @@ __all__ = [
     "HazardRun",
     "Holder",
     "mappable_device",
+    "require_torch",
     "require_verbs",
     "run_with_hazard",
     "shm_file",
+    "torch_available",
     "verbs_available",
     "verbs_file",
 ]
@@ -99,6 +101,7 @@ def _require_verbs_env() -> bool:
 
 _VERBS_PROBE = "import ctypes; ctypes.CDLL('libibverbs.so.1')"
 _PYVERBS_PROBE = "import pyverbs.fork"
+_TORCH_PROBE = "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"
 
 
 @functools.cache
@@ -311,3 +314,14 @@ def verbs_file() -> str | None:
          "open('/proc/self/maps') if 'libibverbs' in l][0])"],
         capture_output=True, text=True, check=False)
     return probe.stdout.strip() if probe.returncode == 0 else None
+
+
+def torch_available() -> bool:
+    """Whether torch, with gloo, imports (probed in a child)."""
+    return _works_in_child(_TORCH_PROBE)
+
+
+def require_torch() -> None:
+    """Skip (or, under RDMASPAWN_REQUIRE_TORCH=1, fail) when torch is missing."""
+    _require(torch_available(), "torch is not installed (pip install torch; CI: on 3.11)",
+             "RDMASPAWN_REQUIRE_TORCH")
