@@ -151,6 +151,10 @@ extern char **environ;
 /* Start a child. Returns 0 on success, else the errno (also in res->err). */
 int rs_spawn(const struct rs_request *req, struct rs_result *res);
 
+/* How many times rs_spawn() has been called in this process: whatever path
+ * a caller took into the engine, this counts it (tests check the routing). */
+unsigned long rs_spawn_count(void);
+
 /* A short name for a step: "dup2", "chdir", "execve", ... */
 const char *rs_step_name(int step);
 

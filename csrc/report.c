@@ -20,7 +20,7 @@
 
 static struct rs_report *report_page;
 static uint64_t slot_taken[RS_REPORT_SLOTS / 64];
-static uint32_t spawn_count;
+static unsigned long spawn_count;   /* rs_spawn() calls: one id each */
 
 struct rs_report *rs_take_report_slot(void)
 {
@@ -56,6 +56,11 @@ void rs_give_report_slot(struct rs_report *slot)
         long i = slot - report_page;
         __atomic_and_fetch(&slot_taken[i / 64], ~(1ULL << (i % 64)), __ATOMIC_RELEASE);
     }
+}
+
+unsigned long rs_spawn_count(void)
+{
+    return __atomic_load_n(&spawn_count, __ATOMIC_RELAXED);
 }
 
 /* Our pid and a count: no other spawn of this process, nor of a fork()ed

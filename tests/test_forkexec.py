@@ -75,3 +75,78 @@ def test_wrong_argument_count_is_a_type_error():
     args = _call(-1, 5)
     with pytest.raises(TypeError, match=f"exactly {len(args)} arguments"):
         fork_exec(*args[:-1])
+
+
+class _Int(int):
+    """An int subclass: not the plain call's exact int."""
+
+
+def test_plain_call_is_started_in_c_and_any_other_in_python(monkeypatch):
+    """The call _execute_child makes for almost every Popen is converted and
+    started by the C fork_exec; a preexec_fn, an id, a PathLike or an int
+    subclass goes to the Python implementation, unchanged, and starts the same
+    child. (A regression here costs the hot path its speed, silently.)"""
+    import pathlib
+
+    from rdmaspawn.dropin import forkexec
+
+    seen: list = []
+    python_impl = forkexec._fork_exec_python
+
+    def counting(owner, *args):
+        seen.append(args)
+        return python_impl(owner, *args)
+
+    monkeypatch.setattr(forkexec, "_fork_exec_python", counting)
+    made = forkexec.make_fork_exec(forkexec._cpython_fork_exec())
+    assert type(made).__name__ == "fork_exec" and made.__rdmaspawn__ is True
+
+    def start(**named) -> int:
+        r, w = os.pipe()
+        try:
+            pid = made(*_call(r, w, **{"args": [b"true"], "executable_list": [b"/bin/true"],
+                                       **named}))
+        finally:
+            os.close(w)
+        try:
+            assert os.read(r, 100) == b""  # no error report
+        finally:
+            os.close(r)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+    plain = [
+        {},
+        {"args": ["true", "é"], "cwd": "/tmp", "env_list": [b"A=1"], "child_umask": 0o22},
+        {"cwd": b"/", "call_setsid": True, "close_fds": False, "restore_signals": False},
+        {"fds_to_keep": ()},  # the error pipe not kept: still a plain call
+    ]
+    for named in plain:
+        assert start(**named) == 0, named
+    assert seen == []
+
+    odd = [
+        {"args": [pathlib.Path("/bin/true")]},
+        {"preexec_fn": os.setsid},
+        {"uid": os.getuid()},
+        {"p2cread": _Int(-1)},
+    ]
+    for i, named in enumerate(odd):
+        assert start(**named) == 0, named
+        assert len(seen) == i + 1, named
+
+
+def test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does():
+    """The C path writes CPython's report into the error pipe: the errno in
+    hex and no tag for execve, and returns the failed child's pid."""
+    r, w = os.pipe()
+    try:
+        pid = fork_exec(*_call(r, w))
+        os.close(w)
+        w = -1
+        report = os.read(r, 100)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert report == b"OSError:%x:" % 2  # ENOENT
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 255

@@ -21,19 +21,13 @@ def test_patch_routes_through_the_engine_and_unpatch_restores():
     out = _run("""
         import json, os, subprocess, _posixsubprocess, rdmaspawn
         from rdmaspawn import _engine
-        calls = []
-        real = _engine.spawn_flat
-        def counting(*a, **k):
-            calls.append(1)
-            return real(*a, **k)
-        _engine.spawn_flat = counting
         before = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None),
                   subprocess.Popen._posix_spawn, os._spawnvef)
         out = {"patched_before": rdmaspawn.is_patched()}
         rdmaspawn.patch(); rdmaspawn.patch()            # idempotent
         out["patched"] = rdmaspawn.is_patched()
         def used(fn):
-            n = len(calls); fn(); return len(calls) - n
+            n = _engine.spawn_count(); fn(); return _engine.spawn_count() - n
         out["run"] = used(lambda: subprocess.run(["/bin/true"]))
         out["run close_fds=False"] = used(lambda: subprocess.run(["/bin/true"], close_fds=False))
         out["os.popen"] = used(lambda: os.popen("true").close())

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
 try:
-    from . import _rdmaspawn_cffi as _cffi_module
     from ._rdmaspawn_cffi import ffi, lib
 except ImportError as _exc:  # pragma: no cover - a source tree without its build
     raise ImportError(
@@ -140,9 +139,14 @@ class _EnvironCopier:
     """
 
     def __init__(self) -> None:
-        import ctypes  # only for this: keeps `import rdmaspawn` light
+        import ctypes
 
-        function = ctypes.PyDLL(_cffi_module.__file__).rs_environ_copy
+        from ._capi import pydll
+
+        dll = pydll()
+        if dll is None:
+            raise OSError("ctypes cannot load the module")
+        function = dll.rs_environ_copy
         function.restype = ctypes.c_long
         function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_int)]
         self._copy = function
@@ -327,6 +331,12 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
 
 
 _spawn_flat = spawn_flat  # the setup path's way back in, whatever replaces the name
+
+
+def spawn_count() -> int:
+    """How many spawns this process has asked the engine for, by any path
+    (the C fork_exec, spawn_flat, ...): what tests count routing with."""
+    return int(lib.rs_spawn_count())
 
 
 def _status(call: str) -> tuple[int, str | None, int]:

@@ -19,9 +19,9 @@ import functools
 import os
 import resource
 import signal
-import threading
 from typing import Any, Callable
 
+from .. import _capi
 from .._setup import Chain, ChildSetup, build, merge
 
 __all__ = ["as_setup", "setup_kwargs_to_preexec_fn", "request_pidfd", "pidfd_requested",
@@ -102,6 +102,8 @@ def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
     The user's own ``preexec_fn`` comes first; a recognised one merges with
     the setup, any other makes a :class:`Chain` (which needs fork).
     """
+    if not kwargs or _POPEN_KWARGS.keys().isdisjoint(kwargs):
+        return args, kwargs  # the usual Popen: nothing to fold
     fields = {_POPEN_KWARGS[name]: kwargs.pop(name) for name in list(kwargs)
               if name in _POPEN_KWARGS}
     fields = {name: value for name, value in fields.items()
@@ -124,32 +126,9 @@ def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
     return args, kwargs
 
 
-class _PidfdHandover(threading.local):
-    wanted = False
-    pidfd = -1
-
-
-_handover = _PidfdHandover()
-
-
-def request_pidfd() -> None:
-    """The next spawn on this thread should keep a pidfd for the caller."""
-    _handover.wanted = True
-    _handover.pidfd = -1
-
-
-def pidfd_requested() -> bool:
-    return _handover.wanted
-
-
-def hand_pidfd(pidfd: int) -> None:
-    """The spawn's pidfd (-1: none), for :func:`take_pidfd`."""
-    _handover.pidfd = pidfd
-
-
-def take_pidfd() -> int:
-    """The pidfd handed over since :func:`request_pidfd` (-1: none); ends the request."""
-    pidfd = _handover.pidfd
-    _handover.wanted = False
-    _handover.pidfd = -1
-    return pidfd
+# The pidfd hand-over lives in C (csrc/python/functions.c), where the C
+# fork_exec hands the pidfd over without a trip through Python.
+request_pidfd = _capi.request_pidfd
+pidfd_requested = _capi.pidfd_requested
+hand_pidfd = _capi.hand_pidfd
+take_pidfd = _capi.take_pidfd

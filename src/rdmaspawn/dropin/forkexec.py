@@ -13,7 +13,7 @@ import os
 import subprocess
 from typing import Any, Callable
 
-from .. import _cpython, _engine, _wrapping
+from .. import _capi, _cpython, _engine, _wrapping
 from .._procfs import has_dontfork
 from .._setup_pack import ChildSetupError
 from . import arguments
@@ -80,83 +80,103 @@ def _plain_c_ints(values: tuple[Any, ...]) -> bool:
     return True
 
 
+def _fork_exec_python(owner: Any, *args: Any) -> int:
+    """fork_exec in Python: every call the C one does not take as plain.
+
+    ``owner`` is the fork_exec object this call came through; a preexec_fn
+    that needs fork goes to its ``__wrapped__``, looked up at each call, so
+    that a wrapper applied later can be taken out of the chain again.
+    """
+    internals = _cpython.require()
+    call = _cpython.unpack_fork_exec(args)
+    setup = None
+    if call.preexec_fn is not None:
+        # rdmaspawn.preexec helpers and the common stdlib values run in
+        # the CLONE_VM child without fork (childsetup's table).
+        setup = _childsetup.as_setup(call.preexec_fn)
+    if call.preexec_fn is not None and setup is None:
+        if has_dontfork():
+            _refuse_preexec_fn()
+        # No DONTFORK memory: fork() is safe, and only it can run Python
+        # code in the child. Behave exactly as CPython does.
+        return owner.__wrapped__(*args)  # type: ignore[no-any-return]
+
+    # Convert and check as fork_exec does, in its order: the ints as it
+    # parses its arguments, then its preconditions, strings, ids.
+    ints: tuple[Any, ...] = call[6:14] + (call.pgid_to_set, call.child_umask)
+    if not _plain_c_ints(ints):  # the usual case skips the converter
+        c_int, parser = _cpython.c_int, internals.int_parser
+        ints = tuple(c_int(value, parser) for value in ints)
+    (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
+     errpipe_write, pgid, umask) = ints
+    if call.close_fds and errpipe_write < 3:
+        raise ValueError("errpipe_write must be >= 3")
+    arguments.check_fds_to_keep(call.fds_to_keep)
+    # The error pipe stays with the parent: the engine's child reports
+    # through shared memory and this function writes the pipe itself.
+    keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
+    flags = ((call.close_fds and _engine.CLOSE_FDS)
+             | (call.restore_signals and _engine.RESTORE_SIGNALS)
+             | (call.call_setsid and _engine.SETSID))
+    want_pidfd = _childsetup.pidfd_requested()
+    if want_pidfd:
+        flags |= _engine.WANT_PIDFD
+    try:
+        groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
+        gid = arguments.convert_id(call.gid, "gid")
+        uid = arguments.convert_id(call.uid, "uid")
+        pid, pidfd = _engine.spawn_flat(
+            call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
+            errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
+            _CLOSE_AUTO, umask, pgid, groups, gid, uid, 255, setup)
+    except ChildSetupError as err:
+        # Raised here, as a failed fork() is: the caller closes the pipes.
+        if err.pid is not None:
+            os.waitpid(err.pid, 0)
+            err.pid = None
+        raise
+    except _engine.SpawnError as err:
+        if err.pid is None:
+            # No child: CPython raises from the failed fork() itself.
+            raise OSError(err.errno, os.strerror(err.errno)) from None
+        # The caller reads the pipe and reaps the child, as with CPython;
+        # a caller that closed its end (BrokenPipeError) still gets the
+        # pid, which it alone can reap.
+        try:
+            os.write(errpipe_write, _error_bytes(err, internals.chdir_tag))
+        except OSError:
+            pass
+        return err.pid
+    except (TypeError, ValueError, OverflowError):
+        # fork_exec converts its strings first, in its own order: their
+        # errors win over the ids' and the engine's.
+        arguments.check_strings(call)
+        raise
+    if want_pidfd:
+        _childsetup.hand_pidfd(pidfd)
+    return pid
+
+
 def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
     """Build a ``fork_exec`` whose preexec_fn path goes to ``fallback``.
 
-    ``fallback`` is CPython's own fork_exec (or whatever stood in its place);
-    it is kept on ``__wrapped__`` and looked up there at each call, so that a
-    wrapper applied later can be taken out of the chain again.
+    ``fallback`` is CPython's own fork_exec (or whatever stood in its place),
+    kept on ``__wrapped__``. The result is the C fork_exec
+    (csrc/python/fork_exec.c), which starts the plain call itself and hands
+    every other to :func:`_fork_exec_python`; where this CPython is not one
+    rdmaspawn knows, or ctypes cannot load the module, a Python function that
+    does it all (and raises UnsupportedPython when called on an unknown one).
     """
+    internals = _cpython.current()
+    if internals is not None:
+        positions = tuple(internals.params.index(name) if name in internals.params else -1
+                          for name in _cpython.ForkExecCall._fields)
+        if _capi.fork_exec_new is not None:
+            return _capi.fork_exec_new(fallback, _fork_exec_python, positions,
+                                       internals.chdir_tag)
 
     def fork_exec(*args: Any) -> int:
-        internals = _cpython.require()
-        call = _cpython.unpack_fork_exec(args)
-        setup = None
-        if call.preexec_fn is not None:
-            # rdmaspawn.preexec helpers and the common stdlib values run in
-            # the CLONE_VM child without fork (childsetup's table).
-            setup = _childsetup.as_setup(call.preexec_fn)
-        if call.preexec_fn is not None and setup is None:
-            if has_dontfork():
-                _refuse_preexec_fn()
-            # No DONTFORK memory: fork() is safe, and only it can run Python
-            # code in the child. Behave exactly as CPython does.
-            return fork_exec.__wrapped__(*args)  # type: ignore[attr-defined, no-any-return]
-
-        # Convert and check as fork_exec does, in its order: the ints as it
-        # parses its arguments, then its preconditions, strings, ids.
-        ints: tuple[Any, ...] = call[6:14] + (call.pgid_to_set, call.child_umask)
-        if not _plain_c_ints(ints):  # the hot path skips the converter
-            c_int, parser = _cpython.c_int, internals.int_parser
-            ints = tuple(c_int(value, parser) for value in ints)
-        (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
-         errpipe_write, pgid, umask) = ints
-        if call.close_fds and errpipe_write < 3:
-            raise ValueError("errpipe_write must be >= 3")
-        arguments.check_fds_to_keep(call.fds_to_keep)
-        # The error pipe stays with the parent: the engine's child reports
-        # through shared memory and this function writes the pipe itself.
-        keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
-        flags = ((call.close_fds and _engine.CLOSE_FDS)
-                 | (call.restore_signals and _engine.RESTORE_SIGNALS)
-                 | (call.call_setsid and _engine.SETSID))
-        want_pidfd = _childsetup.pidfd_requested()
-        if want_pidfd:
-            flags |= _engine.WANT_PIDFD
-        try:
-            groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
-            gid = arguments.convert_id(call.gid, "gid")
-            uid = arguments.convert_id(call.uid, "uid")
-            pid, pidfd = _engine.spawn_flat(
-                call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
-                errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
-                _CLOSE_AUTO, umask, pgid, groups, gid, uid, 255, setup)
-        except ChildSetupError as err:
-            # Raised here, as a failed fork() is: the caller closes the pipes.
-            if err.pid is not None:
-                os.waitpid(err.pid, 0)
-                err.pid = None
-            raise
-        except _engine.SpawnError as err:
-            if err.pid is None:
-                # No child: CPython raises from the failed fork() itself.
-                raise OSError(err.errno, os.strerror(err.errno)) from None
-            # The caller reads the pipe and reaps the child, as with CPython;
-            # a caller that closed its end (BrokenPipeError) still gets the
-            # pid, which it alone can reap.
-            try:
-                os.write(errpipe_write, _error_bytes(err, internals.chdir_tag))
-            except OSError:
-                pass
-            return err.pid
-        except (TypeError, ValueError, OverflowError):
-            # fork_exec converts its strings first, in its own order: their
-            # errors win over the ids' and the engine's.
-            arguments.check_strings(call)
-            raise
-        if want_pidfd:
-            _childsetup.hand_pidfd(pidfd)
-        return pid
+        return _fork_exec_python(fork_exec, *args)
 
     fork_exec.__wrapped__ = fallback  # type: ignore[attr-defined]
     fork_exec.__rdmaspawn__ = True  # type: ignore[attr-defined]

@@ -21,9 +21,17 @@ import threading
 import time
 from typing import Any
 
+from .. import _capi
 from . import childsetup as _childsetup
 
 __all__ = ["PidfdMixin"]
+
+# Called on every Popen, bound once: the C hand-over and a close that keeps
+# the GIL (a pidfd's close never blocks; see _capi), and a lock type.
+_request_pidfd = _childsetup.request_pidfd
+_take_pidfd = _childsetup.take_pidfd
+_close_fd = _capi.close_fd
+_Lock = threading.Lock
 
 
 class PidfdMixin:
@@ -33,18 +41,18 @@ class PidfdMixin:
     pidfd: int | None = None
     _pidfd_lock: threading.Lock | None = None
 
-    def _execute_child(self, *args: Any, **kwargs: Any) -> None:
-        _childsetup.request_pidfd()
+    def _execute_child(self, *args: Any) -> None:
+        _request_pidfd()
         try:
-            self._cpython_execute_child(*args, **kwargs)  # type: ignore[attr-defined]
+            self._cpython_execute_child(*args)  # type: ignore[attr-defined]
         except BaseException:
-            fd = _childsetup.take_pidfd()
+            fd = _take_pidfd()
             if fd >= 0:
-                os.close(fd)
+                _close_fd(fd)
             raise
-        fd = _childsetup.take_pidfd()
+        fd = _take_pidfd()
         if fd >= 0:
-            self._pidfd_lock = threading.Lock()
+            self._pidfd_lock = _Lock()
             self.pidfd = fd
 
     def _close_pidfd(self) -> None:
@@ -53,11 +61,12 @@ class PidfdMixin:
             return
         with lock:
             if self.pidfd is not None:
-                os.close(self.pidfd)
+                _close_fd(self.pidfd)
                 self.pidfd = None
 
-    # Reaped: by wait(), poll(), or CPython's _cleanup() of dropped Popens
-    # (through _handle_exitstatus); or found reaped by someone else (ECHILD).
+    # Reaped: by wait() and CPython's _cleanup() of dropped Popens (both
+    # through _handle_exitstatus, ECHILD included), or by poll(), which sets
+    # returncode itself when it finds the child reaped by someone else.
     def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:
         super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
         if self.returncode is not None:  # type: ignore[attr-defined]
@@ -67,11 +76,6 @@ class PidfdMixin:
         returncode: int | None = super().poll()  # type: ignore[misc]
         if returncode is not None:
             self._close_pidfd()
-        return returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        returncode: int = super().wait(timeout)  # type: ignore[misc]
-        self._close_pidfd()
         return returncode
 
     def send_signal(self, sig: int) -> None:

@@ -1,0 +1,44 @@
+/*
+ * What csrc/python/ adds for the Python binding only: the C fork_exec
+ * (fork_exec.c) and the builtins that keep the GIL (functions.c), reached
+ * through ctypes.PyDLL; and the pidfd hand-over, also through cffi (the
+ * block between the cdef markers is read by build_ffi.py like rdmaspawn.h's).
+ */
+#ifndef RDMASPAWN_BINDING_H
+#define RDMASPAWN_BINDING_H
+
+/* cdef-begin */
+
+/* fork_exec returns a bare pid, as CPython's does; the pidfd of the spawn
+ * that rdmaspawn.Popen asked for travels beside it, per thread: request,
+ * then the spawn hands it (-1: none), then take it, which ends the request. */
+void rs_pidfd_request(void);
+int rs_pidfd_requested(void);
+void rs_pidfd_hand(int pidfd);
+int rs_pidfd_take(void);
+
+/* cdef-end */
+
+#ifdef Py_PYTHON_H
+/* A new reference to None. Not Py_RETURN_NONE: the 3.12.0-3.12.x headers
+ * define it as a bare `return Py_None` (None is immortal there) even for
+ * the limited API, and a module built with them and loaded by 3.9-3.11 then
+ * frees None ("deallocating None", measured). Py_INCREF keeps the count
+ * right on every version. */
+static inline PyObject *none(void)
+{
+    Py_INCREF(Py_None);
+    return Py_None;
+}
+
+/* A fork_exec object: the plain call converted and spawned in C, any other
+ * handed to slow(self, *args); positions[i] is where the i-th parameter of
+ * dropin's ForkExecCall sits in this CPython's call (-1: absent). */
+PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
+                           PyObject *chdir_tag);
+
+/* functions.c's builtins by name, in a new dict: the one ctypes call. */
+PyObject *rs_python_functions(void);
+#endif
+
+#endif

@@ -1,0 +1,461 @@
+/*
+ * rdmaspawn's fork_exec as a C callable: the hot path of rdmaspawn.Popen
+ * and of subprocess under patch().
+ *
+ * CPython's _execute_child calls fork_exec with 21 or 23 arguments on every
+ * spawn. Checking and converting them in Python (dropin/forkexec.py) cost
+ * the parent more CPU than CPython's whole C fork_exec, and with several
+ * threads spawning that CPU is the throughput. This object does what
+ * _posixsubprocess does for the plain call, the one _execute_child makes for
+ * almost every Popen: converts the arguments in C with the GIL held, copies
+ * the environment while still holding it, releases the GIL for rs_spawn()
+ * only, and writes a failed child's error into CPython's error pipe.
+ *
+ * Everything else (a preexec_fn, user/group/extra_groups, a value of an
+ * unusual type or out of range, anything that would raise) goes unchanged to
+ * the Python implementation, `slow(self, *args)`, which raises CPython's
+ * exceptions in CPython's order. So this file decides only "is this the plain
+ * case"; it never raises for a bad argument itself.
+ *
+ * It is not part of the engine: nothing in csrc/ itself includes Python.h (the
+ * C harness links those files without Python); this directory does. Python
+ * makes one through functions.c's fork_exec_new().
+ */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+/* The module is built for the limited API (one abi3 wheel for CPython
+ * 3.9+): this file keeps to it too. Free-threaded builds have none. */
+#  define Py_LIMITED_API 0x03090000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdmaspawn.h"
+#include "binding.h"
+
+/* fork_exec's parameters by name, in the order of dropin's ForkExecCall
+ * (3.11+'s order); the object knows where each sits in this CPython's call. */
+enum param {
+    P_ARGS, P_EXECUTABLE_LIST, P_CLOSE_FDS, P_FDS_TO_KEEP, P_CWD, P_ENV,
+    P_P2CREAD, P_P2CWRITE, P_C2PREAD, P_C2PWRITE, P_ERRREAD, P_ERRWRITE,
+    P_ERRPIPE_READ, P_ERRPIPE_WRITE, P_RESTORE_SIGNALS, P_CALL_SETSID,
+    P_PGID_TO_SET, P_GID, P_EXTRA_GROUPS, P_UID, P_CHILD_UMASK, P_PREEXEC_FN,
+    P_ALLOW_VFORK, N_PARAMS
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *wrapped;          /* __wrapped__: CPython's fork_exec, for a preexec_fn */
+    PyObject *slow;             /* the Python implementation: slow(self, *args) */
+    PyObject *chdir_tag;        /* bytes after "OSError:<errno>:" for a failed chdir */
+    Py_ssize_t nargs;           /* this CPython's argument count */
+    int pos[N_PARAMS];          /* index of each parameter in the call, -1: absent */
+} ForkExec;
+
+/* --- the plain case ------------------------------------------------------ */
+
+/* What the conversion made and must give back after the spawn. */
+struct held {
+    PyObject *owned;            /* list of bytes encoded from str, or NULL */
+    void *block;                /* PyMem block: pointer arrays, fds, environ copy */
+};
+
+static PyObject *given(ForkExec *self, PyObject *args, enum param p)
+{
+    return self->pos[p] < 0 ? NULL : PyTuple_GetItem(args, self->pos[p]);
+}
+
+/* An exact int that fits a C int. */
+static int plain_int(PyObject *o, int *out)
+{
+    int overflow;
+    long v;
+
+    if (Py_TYPE(o) != &PyLong_Type)
+        return 0;
+    v = PyLong_AsLongAndOverflow(o, &overflow);
+    if (overflow || v < INT_MIN || v > INT_MAX)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
+/* A bool or an exact int, as a truth value. */
+static int plain_flag(PyObject *o, int *out)
+{
+    if (o != Py_True && o != Py_False && Py_TYPE(o) != &PyLong_Type)
+        return 0;
+    *out = PyObject_IsTrue(o);
+    return *out >= 0;
+}
+
+/* bytes, or str encoded as the file system encoding; no NUL inside. */
+static const char *plain_string(PyObject *o, struct held *h)
+{
+    char *s;
+    Py_ssize_t n;
+
+    if (Py_TYPE(o) == &PyUnicode_Type) {
+        PyObject *enc = PyUnicode_EncodeFSDefault(o);
+        if (!enc)
+            return NULL;
+        if (!h->owned && !(h->owned = PyList_New(0))) {
+            Py_DECREF(enc);
+            return NULL;
+        }
+        int rc = PyList_Append(h->owned, enc);
+        Py_DECREF(enc);
+        if (rc < 0)
+            return NULL;
+        o = enc;            /* alive in h->owned */
+    } else if (Py_TYPE(o) != &PyBytes_Type) {
+        return NULL;
+    }
+    if (PyBytes_AsStringAndSize(o, &s, &n) < 0 || (size_t)n != strlen(s))
+        return NULL;
+    return s;
+}
+
+/* An exact list or tuple of plain strings into out[0..n-1], out[n] = NULL. */
+static int plain_strings(PyObject *seq, char **out, struct held *h)
+{
+    int is_list = Py_TYPE(seq) == &PyList_Type;
+    Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = is_list ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
+        if (!item || !(out[i] = (char *)plain_string(item, h)))
+            return 0;
+    }
+    out[n] = NULL;
+    return 1;
+}
+
+static Py_ssize_t plain_length(PyObject *seq)
+{
+    if (Py_TYPE(seq) == &PyList_Type)
+        return PyList_Size(seq);
+    if (Py_TYPE(seq) == &PyTuple_Type)
+        return PyTuple_Size(seq);
+    return -1;
+}
+
+/* The C environment's size: its count, and its strings' bytes. With the GIL
+ * held, no Python thread can change it until the copy is made. */
+static size_t environ_size(int *count)
+{
+    size_t bytes = 0;
+    int n = 0;
+
+    if (environ)
+        for (; environ[n]; n++)
+            bytes += strlen(environ[n]) + 1;
+    *count = n;
+    return bytes;
+}
+
+/* A private copy of environ: the spawn runs with the GIL released, while
+ * another thread's os.environ update (setenv/unsetenv) may reallocate and
+ * free the live array (see environ.c). */
+static void copy_environ(char **out, int count, char *strings)
+{
+    for (int i = 0; i < count; i++) {
+        size_t len = strlen(environ[i]) + 1;
+        memcpy(strings, environ[i], len);
+        out[i] = strings;
+        strings += len;
+    }
+    out[count] = NULL;
+}
+
+/*
+ * Fill the request from a plain call: 1, or 0 where anything is not plain
+ * (with no exception set: the Python implementation sees the call afresh).
+ */
+static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
+                         int *close_first, int *errpipe_write, struct held *h)
+{
+    PyObject *argv = given(self, args, P_ARGS);
+    PyObject *exec_list = given(self, args, P_EXECUTABLE_LIST);
+    PyObject *keep = given(self, args, P_FDS_TO_KEEP);
+    PyObject *cwd = given(self, args, P_CWD);
+    PyObject *env = given(self, args, P_ENV);
+    PyObject *pgid = given(self, args, P_PGID_TO_SET);
+    int fds[8], close_fds, restore, setsid, umask, pgid_value = -1;
+    static const enum param fd_params[8] = {
+        P_P2CREAD, P_P2CWRITE, P_C2PREAD, P_C2PWRITE,
+        P_ERRREAD, P_ERRWRITE, P_ERRPIPE_READ, P_ERRPIPE_WRITE,
+    };
+
+    /* What only the Python implementation does. */
+    if (given(self, args, P_PREEXEC_FN) != Py_None || given(self, args, P_GID) != Py_None
+            || given(self, args, P_UID) != Py_None || given(self, args, P_EXTRA_GROUPS) != Py_None)
+        return 0;
+    for (int i = 0; i < 8; i++)
+        if (!plain_int(given(self, args, fd_params[i]), &fds[i]))
+            return 0;
+    if (!plain_flag(given(self, args, P_CLOSE_FDS), &close_fds)
+            || !plain_flag(given(self, args, P_RESTORE_SIGNALS), &restore)
+            || !plain_flag(given(self, args, P_CALL_SETSID), &setsid)
+            || !plain_int(given(self, args, P_CHILD_UMASK), &umask)
+            || (pgid && !plain_int(pgid, &pgid_value)))
+        return 0;
+    if (close_fds && fds[7] < 3)
+        return 0;   /* fork_exec's ValueError */
+
+    Py_ssize_t argc = plain_length(argv), nexec = plain_length(exec_list);
+    Py_ssize_t nenv = env == Py_None ? 0 : plain_length(env);
+    Py_ssize_t nkeep = Py_TYPE(keep) == &PyTuple_Type ? PyTuple_Size(keep) : -1;
+    if (argc < 0 || nexec < 0 || nenv < 0 || nkeep < 0)
+        return 0;
+    int environ_count = 0;
+    size_t environ_bytes = env == Py_None ? environ_size(&environ_count) : 0;
+    if (env == Py_None)
+        nenv = environ_count;
+
+    /* One block: argv, exec_list and envp pointer arrays, the kept fds, and
+     * the environ copy's strings. */
+    size_t slots = (size_t)argc + 1 + (size_t)nexec + 1 + (size_t)nenv + 1;
+    h->block = PyMem_Malloc(slots * sizeof(char *) + (size_t)nkeep * sizeof(int)
+                            + environ_bytes);
+    if (!h->block)
+        return 0;
+    char **ptrs = h->block;
+    int *keep_fds = (int *)(ptrs + slots);
+    char *environ_strings = (char *)(keep_fds + nkeep);
+
+    int n_keep = 0, prev = -1;
+    for (Py_ssize_t i = 0; i < nkeep; i++) {
+        int fd;
+        if (!plain_int(PyTuple_GetItem(keep, i), &fd) || fd <= prev)
+            return 0;   /* fork_exec's "bad value(s) in fds_to_keep" */
+        prev = fd;
+        /* The error pipe stays with the parent: the child reports through
+         * shared memory, and the parent writes the pipe (see below). */
+        if (fd != fds[7])
+            keep_fds[n_keep++] = fd;
+    }
+    if (!plain_strings(argv, ptrs, h)
+            || !plain_strings(exec_list, ptrs + argc + 1, h))
+        return 0;
+    char **envp = ptrs + argc + 1 + nexec + 1;
+    if (env == Py_None)
+        copy_environ(envp, environ_count, environ_strings);
+    else if (!plain_strings(env, envp, h))
+        return 0;
+    if (cwd != Py_None && !(r->cwd = plain_string(cwd, h)))
+        return 0;
+
+    r->argv = ptrs;
+    r->exec_list = ptrs + argc + 1;
+    r->envp = envp;
+    r->keep_fds = keep_fds;
+    r->n_keep_fds = n_keep;
+    int n_close = 0;
+    const int parent_ends[4] = {fds[1], fds[2], fds[4], fds[6]};
+    for (int i = 0; i < 4; i++)
+        if (parent_ends[i] != -1)
+            close_first[n_close++] = parent_ends[i];
+    r->close_first = close_first;
+    r->n_close_first = n_close;
+    r->stdin_fd = fds[0];
+    r->stdout_fd = fds[3];
+    r->stderr_fd = fds[5];
+    r->close_fds = close_fds;
+    r->close_method = RS_CLOSE_AUTO;
+    r->restore_signals = restore;
+    r->setsid = setsid;
+    r->umask = umask >= 0 ? umask : -1;
+    r->pgid = pgid_value >= 0 ? pgid_value : -1;
+    r->want_pidfd = rs_pidfd_requested();
+    r->fail_status = 255;
+    *errpipe_write = fds[7];
+    return 1;
+}
+
+/* Tell CPython's _execute_child what failed in the child, as CPython's child
+ * would: "OSError:<errno in hex>:<tag>" ("": execve, else chdir or noexec).
+ * A reader that has gone away (EPIPE) changes nothing: the pid is returned. */
+static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *res)
+{
+    char buf[64];
+    const char *tag = "noexec";
+    if (res->step == RS_STEP_EXEC)
+        tag = "";
+    else if (res->step == RS_STEP_CHDIR)
+        tag = PyBytes_AsString(self->chdir_tag);
+    int len = snprintf(buf, sizeof buf, "OSError:%x:%s", res->err, tag ? tag : "noexec");
+    if (len > 0 && len < (int)sizeof buf) {
+        int saved = errno;
+        while (write(fd, buf, (size_t)len) < 0 && errno == EINTR)
+            ;
+        errno = saved;
+    }
+}
+
+static PyObject *call_slow(ForkExec *self, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t n = PyTuple_Size(args);
+    PyObject *full = PyTuple_New(n + 1);
+    if (!full)
+        return NULL;
+    Py_INCREF(self);
+    PyTuple_SetItem(full, 0, (PyObject *)self);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(args, i);
+        Py_INCREF(item);
+        PyTuple_SetItem(full, i + 1, item);
+    }
+    PyObject *result = PyObject_Call(self->slow, full, kwargs);
+    Py_DECREF(full);
+    return result;
+}
+
+static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    ForkExec *self = (ForkExec *)op;
+    struct rs_request r;
+    struct rs_result res;
+    struct held h = {NULL, NULL};
+    int close_first[4], errpipe_write = -1;
+
+    memset(&r, 0, sizeof r);
+    if ((kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != self->nargs
+            || !convert_plain(self, args, &r, close_first, &errpipe_write, &h)) {
+        PyErr_Clear();  /* a failed conversion: the Python code meets it again */
+        PyMem_Free(h.block);
+        Py_XDECREF(h.owned);
+        return call_slow(self, args, kwargs);
+    }
+
+    Py_BEGIN_ALLOW_THREADS
+    rs_spawn(&r, &res);
+    Py_END_ALLOW_THREADS
+
+    PyMem_Free(h.block);
+    Py_XDECREF(h.owned);
+    if (res.err == 0) {
+        if (r.want_pidfd)
+            rs_pidfd_hand(res.pidfd);
+        return PyLong_FromLong(res.pid);
+    }
+    if (res.pid < 0) {
+        /* No child: CPython raises from its failed fork() itself. */
+        errno = res.err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    /* The child failed before exec: the caller reads the pipe and reaps it,
+     * as with CPython (rs_spawn() closed its pidfd). */
+    report_to_errpipe(self, errpipe_write, &res);
+    return PyLong_FromLong(res.pid);
+}
+
+/* --- the type ------------------------------------------------------------ */
+
+static int fork_exec_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    ForkExec *self = (ForkExec *)op;
+    Py_VISIT(self->wrapped);
+    Py_VISIT(self->slow);
+    Py_VISIT(Py_TYPE(op));  /* a heap type */
+    return 0;
+}
+
+static int fork_exec_clear(PyObject *op)
+{
+    ForkExec *self = (ForkExec *)op;
+    Py_CLEAR(self->wrapped);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->chdir_tag);
+    return 0;
+}
+
+static void fork_exec_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    fork_exec_clear(op);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
+    Py_DECREF(type);
+}
+
+static PyObject *fork_exec_rdmaspawn(PyObject *op, void *closure)
+{
+    (void)op;
+    (void)closure;
+    Py_INCREF(Py_True);
+    return Py_True;
+}
+
+static PyMemberDef fork_exec_members[] = {
+    /* Read at each preexec_fn call, so that a wrapper applied later can be
+     * taken out of the chain again (rdmaspawn._wrapping). */
+    {"__wrapped__", T_OBJECT_EX, offsetof(ForkExec, wrapped), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef fork_exec_getset[] = {
+    /* "Starts children with the engine": rdmaspawn.guard() lets it be. */
+    {"__rdmaspawn__", fork_exec_rdmaspawn, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot fork_exec_slots[] = {
+    {Py_tp_call, (void *)fork_exec_call},
+    {Py_tp_traverse, (void *)fork_exec_traverse},
+    {Py_tp_clear, (void *)fork_exec_clear},
+    {Py_tp_dealloc, (void *)fork_exec_dealloc},
+    {Py_tp_members, fork_exec_members},
+    {Py_tp_getset, fork_exec_getset},
+    {Py_tp_doc, (void *)"fork_exec(*args): _posixsubprocess.fork_exec's arguments; "
+                        "the child is started by rdmaspawn's engine."},
+    {0, NULL},
+};
+
+static PyType_Spec fork_exec_spec = {
+    "rdmaspawn.fork_exec", sizeof(ForkExec), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, fork_exec_slots,
+};
+
+PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
+                           PyObject *chdir_tag)
+{
+    static PyObject *type;  /* made once; the GIL serialises the callers */
+    Py_ssize_t nargs = 0;
+
+    if (!PyTuple_Check(positions) || PyTuple_Size(positions) != N_PARAMS
+            || !PyBytes_Check(chdir_tag) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: bad arguments");
+        return NULL;
+    }
+    if (!type && !(type = PyType_FromSpec(&fork_exec_spec)))
+        return NULL;
+    ForkExec *self = (ForkExec *)PyType_GenericAlloc((PyTypeObject *)type, 0);
+    if (!self)
+        return NULL;
+    for (int i = 0; i < N_PARAMS; i++) {
+        long p = PyLong_AsLong(PyTuple_GetItem(positions, i));
+        if (p == -1 && PyErr_Occurred()) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->pos[i] = (int)p;
+        if (p + 1 > nargs)
+            nargs = p + 1;
+    }
+    self->nargs = nargs;
+    Py_INCREF(wrapped);
+    self->wrapped = wrapped;
+    Py_INCREF(slow);
+    self->slow = slow;
+    Py_INCREF(chdir_tag);
+    self->chdir_tag = chdir_tag;
+    return (PyObject *)self;
+}

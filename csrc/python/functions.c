@@ -1,0 +1,147 @@
+/*
+ * The binding's C functions that must keep the GIL: what rdmaspawn.Popen
+ * calls on every spawn besides fork_exec.
+ *
+ * cffi releases the GIL for every call it makes, even one that does nothing
+ * but set a variable; with several threads spawning, each release is a GIL
+ * hand-over (a futex wake and a context switch) and measurably cut their
+ * throughput. These are ordinary builtin functions instead: Python reaches
+ * them through one ctypes.PyDLL call, rs_python_functions(), at import.
+ */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include "binding.h"
+
+/* --- the pidfd hand-over -------------------------------------------------
+ * fork_exec must return a bare pid, as CPython's does; rdmaspawn.Popen gets
+ * the child's pidfd beside it, per thread (a Python thread is one OS thread).
+ * Also in the cffi cdef, for when ctypes cannot load the module. */
+static __thread int pidfd_wanted;
+static __thread int pidfd_handed = -1;
+
+void rs_pidfd_request(void)
+{
+    pidfd_wanted = 1;
+    pidfd_handed = -1;
+}
+
+int rs_pidfd_requested(void)
+{
+    return pidfd_wanted;
+}
+
+void rs_pidfd_hand(int pidfd)
+{
+    pidfd_handed = pidfd;
+}
+
+int rs_pidfd_take(void)
+{
+    int fd = pidfd_handed;
+    pidfd_wanted = 0;
+    pidfd_handed = -1;
+    return fd;
+}
+
+/* --- the builtins ---------------------------------------------------------- */
+
+static PyObject *request_pidfd(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    rs_pidfd_request();
+    return none();
+}
+
+static PyObject *pidfd_requested(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(rs_pidfd_requested());
+}
+
+static PyObject *hand_pidfd(PyObject *module, PyObject *fd)
+{
+    (void)module;
+    long value = PyLong_AsLong(fd);
+    if (value == -1 && PyErr_Occurred())
+        return NULL;
+    rs_pidfd_hand((int)value);
+    return none();
+}
+
+static PyObject *take_pidfd(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(rs_pidfd_take());
+}
+
+/* os.close() for an fd whose close cannot block (a pidfd): without
+ * releasing the GIL around it. */
+static PyObject *close_fd(PyObject *module, PyObject *fd)
+{
+    (void)module;
+    long value = PyLong_AsLong(fd);
+    if (value == -1 && PyErr_Occurred())
+        return NULL;
+    if (value < 0 || value > INT_MAX) {
+        errno = EBADF;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (close((int)value) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return none();
+}
+
+static PyObject *fork_exec_new(PyObject *module, PyObject *args)
+{
+    PyObject *wrapped, *slow, *positions, *chdir_tag;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOOO:fork_exec_new", &wrapped, &slow, &positions,
+                          &chdir_tag))
+        return NULL;
+    return rs_fork_exec_new(wrapped, slow, positions, chdir_tag);
+}
+
+static PyMethodDef functions[] = {
+    {"request_pidfd", request_pidfd, METH_NOARGS,
+     "The next spawn on this thread keeps a pidfd for the caller."},
+    {"pidfd_requested", pidfd_requested, METH_NOARGS,
+     "Whether request_pidfd() was called since the last take_pidfd()."},
+    {"hand_pidfd", hand_pidfd, METH_O, "The spawn's pidfd (-1: none), for take_pidfd()."},
+    {"take_pidfd", take_pidfd, METH_NOARGS,
+     "The pidfd handed over since request_pidfd() (-1: none); ends the request."},
+    {"close_fd", close_fd, METH_O, "os.close() without releasing the GIL."},
+    {"fork_exec_new", fork_exec_new, METH_VARARGS,
+     "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* The builtins, by name: a new dict. Called once, through ctypes.PyDLL (which
+ * holds the GIL and takes the new reference). */
+PyObject *rs_python_functions(void)
+{
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (PyMethodDef *def = functions; def->ml_name; def++) {
+        PyObject *func = PyCFunction_NewEx(def, NULL, NULL);
+        if (!func || PyDict_SetItemString(out, def->ml_name, func) < 0) {
+            Py_XDECREF(func);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(func);
+    }
+    return out;
+}

@@ -1,0 +1,74 @@
+"""The binding's functions written against the Python C API (csrc/python/).
+
+cffi releases the GIL for every call it makes, even one that only sets a
+variable; with several threads spawning, each release is a hand-over of the
+GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
+those cost throughput. So what Popen calls per spawn is plain builtins made
+by csrc/python/functions.c: the C ``fork_exec``, the pidfd hand-over, a
+close that keeps the GIL. They are fetched once through ctypes.PyDLL (which
+holds the GIL and passes Python objects, as cffi cannot).
+
+Where ctypes cannot load the module (a process that dropped the privileges
+to read its own install, say), each falls back: the hand-over to the same C
+functions through cffi, ``close_fd`` to ``os.close``, and
+``fork_exec_new`` to None (dropin's fork_exec then runs in Python).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from . import _engine  # noqa: F401  first: its ImportError explains an unbuilt tree
+from ._rdmaspawn_cffi import lib
+
+__all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
+           "close_fd", "fork_exec_new"]
+
+
+def pydll() -> Any:
+    """The extension as a ctypes.PyDLL (calls hold the GIL), or None."""
+    from . import _rdmaspawn_cffi
+
+    try:
+        import ctypes
+
+        return ctypes.PyDLL(_rdmaspawn_cffi.__file__)
+    except (ImportError, OSError):
+        return None
+
+
+def _load() -> dict[str, Any]:
+    dll = pydll()
+    try:
+        get = dll.rs_python_functions
+    except AttributeError:  # no dll, or a build without csrc/python/
+        return {}
+    import ctypes
+
+    get.restype = ctypes.py_object
+    get.argtypes = []
+    return get()  # type: ignore[no-any-return]
+
+
+_functions = _load()
+
+
+def _pidfd_requested_cffi() -> bool:
+    return bool(lib.rs_pidfd_requested())
+
+
+#: The next spawn on this thread keeps a pidfd for the caller (per thread:
+#: request, then the spawn hands it over, then take it).
+request_pidfd: Callable[[], None] = _functions.get("request_pidfd", lib.rs_pidfd_request)
+#: Whether request_pidfd() was called since the last take_pidfd().
+pidfd_requested: Callable[[], bool] = _functions.get("pidfd_requested", _pidfd_requested_cffi)
+#: The spawn's pidfd (-1: none), for take_pidfd().
+hand_pidfd: Callable[[int], None] = _functions.get("hand_pidfd", lib.rs_pidfd_hand)
+#: The pidfd handed over since request_pidfd() (-1: none); ends the request.
+take_pidfd: Callable[[], int] = _functions.get("take_pidfd", lib.rs_pidfd_take)
+#: os.close() for an fd whose close cannot block (a pidfd), keeping the GIL.
+close_fd: Callable[[int], None] = _functions.get("close_fd", os.close)
+#: ``fork_exec_new(wrapped, slow, positions, chdir_tag)``: csrc/python/
+#: fork_exec.c's fork_exec object; None without ctypes.
+fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] | None = \
+    _functions.get("fork_exec_new")
