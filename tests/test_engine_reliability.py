@@ -28,8 +28,15 @@ def _run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[
                           text=True, timeout=timeout)
 
 
-def _child_environment() -> tuple[list[bytes], str]:
-    """Spawn ``env -0`` with env=None; its entries and how it ended."""
+def _child_environment(via: str = "engine") -> tuple[list[bytes], str]:
+    """Spawn ``env -0`` with env=None, through the engine's binding or
+    rdmaspawn.Popen (the C fork_exec); its entries and how it ended."""
+    if via == "popen":
+        import rdmaspawn
+
+        proc = rdmaspawn.Popen([ENV, "-0"], stdout=subprocess.PIPE)
+        out = proc.communicate()[0]
+        return out.split(b"\0")[:-1], f"status {proc.returncode:#x}"
     r, w = os.pipe()
     try:
         pid, _ = _engine.spawn([b"env", b"-0"], [ENV.encode()], stdout=w)
@@ -41,13 +48,14 @@ def _child_environment() -> tuple[list[bytes], str]:
     return out.split(b"\0")[:-1], f"status {status:#x}"
 
 
-def test_environ_changed_by_another_thread():
+@pytest.mark.parametrize("via", ["engine", "popen"])
+def test_environ_changed_by_another_thread(via):
     """With env=None each child gets a private copy of the C environment,
     taken with the GIL held: a thread adding and removing os.environ keys
     (setenv/unsetenv reallocate and free glibc's array) while another
     spawns causes no EFAULT and no child with a malformed environment."""
     os.environ["RS_SENTINEL"] = "sentinel-value"
-    before, _ = _child_environment()     # the C environment may hold more
+    before, _ = _child_environment(via)  # the C environment may hold more
     stable = {e.split(b"=", 1)[0] for e in before}
     stop = threading.Event()
 
@@ -64,7 +72,7 @@ def test_environ_changed_by_another_thread():
     try:
         for _ in range(300):
             try:
-                entries, how = _child_environment()
+                entries, how = _child_environment(via)
             except OSError as exc:
                 problems.append(f"spawn failed: {exc!r}")
                 continue
@@ -82,12 +90,13 @@ def test_environ_changed_by_another_thread():
     assert problems == [], f"{len(problems)} of 300 spawns went wrong: {problems[:5]}"
 
 
-def test_environ_is_c_environ():
+@pytest.mark.parametrize("via", ["engine", "popen"])
+def test_environ_is_c_environ(via):
     """env=None hands the child the C environment, as CPython does, including
     a variable set with os.putenv() only (not in os.environ)."""
     os.putenv("RS_PUTENV_ONLY", "yes")
     try:
-        entries, how = _child_environment()
+        entries, how = _child_environment(via)
     finally:
         os.unsetenv("RS_PUTENV_ONLY")
     assert how == "status 0x0"
