@@ -63,9 +63,17 @@ typedef struct {
 
 /* What the conversion made and must give back after the spawn. */
 struct held {
-    PyObject *owned;            /* list of bytes encoded from str, or NULL */
+    PyObject *owned;            /* list of what the child's strings live in, or NULL */
     void *block;                /* PyMem block: pointer arrays and fds */
 };
+
+/* Keep obj alive until the spawn is over (a new reference is taken). */
+static int keep_alive(struct held *h, PyObject *obj)
+{
+    if (!h->owned && !(h->owned = PyList_New(0)))
+        return 0;
+    return PyList_Append(h->owned, obj) == 0;
+}
 
 static PyObject *given(ForkExec *self, PyObject *args, enum param p)
 {
@@ -106,13 +114,9 @@ static const char *plain_string(PyObject *o, struct held *h)
         PyObject *enc = PyUnicode_EncodeFSDefault(o);
         if (!enc)
             return NULL;
-        if (!h->owned && !(h->owned = PyList_New(0))) {
-            Py_DECREF(enc);
-            return NULL;
-        }
-        int rc = PyList_Append(h->owned, enc);
+        int ok = keep_alive(h, enc);
         Py_DECREF(enc);
-        if (rc < 0)
+        if (!ok)
             return NULL;
         o = enc;            /* alive in h->owned */
     } else if (Py_TYPE(o) != &PyBytes_Type) {
@@ -123,14 +127,25 @@ static const char *plain_string(PyObject *o, struct held *h)
     return s;
 }
 
-/* An exact list or tuple of plain strings into out[0..n-1], out[n] = NULL. */
-static int plain_strings(PyObject *seq, char **out, struct held *h)
+/* The n plain strings of an exact list or tuple into out[0..n-1], out[n] =
+ * NULL. A list is copied to a tuple first: while the GIL is released for the
+ * spawn, another thread could remove an item from the list and free the
+ * string the child is about to read (CPython's fork_exec copies each string;
+ * a tuple of the same objects is enough, bytes being immutable). */
+static int plain_strings(PyObject *seq, Py_ssize_t n, char **out, struct held *h)
 {
-    int is_list = Py_TYPE(seq) == &PyList_Type;
-    Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
-
+    if (Py_TYPE(seq) == &PyList_Type) {
+        PyObject *copy = PyList_AsTuple(seq);
+        int ok = copy && keep_alive(h, copy);
+        Py_XDECREF(copy);
+        if (!ok)
+            return 0;
+        seq = copy;         /* alive in h->owned */
+    }
+    if (PyTuple_Size(seq) != n)
+        return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = is_list ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
+        PyObject *item = PyTuple_GetItem(seq, i);
         if (!item || !(out[i] = (char *)plain_string(item, h)))
             return 0;
     }
@@ -235,13 +250,13 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
         if (fd != fds[7])
             keep_fds[n_keep++] = fd;
     }
-    if (!plain_strings(argv, ptrs, h)
-            || !plain_strings(exec_list, ptrs + argc + 1, h))
+    if (!plain_strings(argv, argc, ptrs, h)
+            || !plain_strings(exec_list, nexec, ptrs + argc + 1, h))
         return 0;
     char **envp = ptrs + argc + 1 + nexec + 1;
     if (env == Py_None)
         copy_environ(envp, (int)nenv);
-    else if (!plain_strings(env, envp, h))
+    else if (!plain_strings(env, nenv, envp, h))
         return 0;
     if (cwd != Py_None && !(r->cwd = plain_string(cwd, h)))
         return 0;
