@@ -29,7 +29,6 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -402,14 +401,34 @@ static PyObject *fork_exec_rdmaspawn(PyObject *op, void *closure)
     return Py_True;
 }
 
-static PyMemberDef fork_exec_members[] = {
-    /* Read at each preexec_fn call, so that a wrapper applied later can be
-     * taken out of the chain again (rdmaspawn._wrapping). */
-    {"__wrapped__", T_OBJECT_EX, offsetof(ForkExec, wrapped), 0, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
+/* __wrapped__ is read at each preexec_fn call, so that a wrapper applied
+ * later can be taken out of the chain again (rdmaspawn._wrapping). A getset,
+ * not a member: structmember.h is deprecated since 3.12. */
+static PyObject *fork_exec_get_wrapped(PyObject *op, void *closure)
+{
+    ForkExec *self = (ForkExec *)op;
+    (void)closure;
+    Py_INCREF(self->wrapped);
+    return self->wrapped;
+}
+
+static int fork_exec_set_wrapped(PyObject *op, PyObject *value, void *closure)
+{
+    ForkExec *self = (ForkExec *)op;
+    (void)closure;
+    if (!value) {
+        PyErr_SetString(PyExc_AttributeError, "__wrapped__ cannot be deleted");
+        return -1;
+    }
+    PyObject *old = self->wrapped;
+    Py_INCREF(value);
+    self->wrapped = value;
+    Py_XDECREF(old);
+    return 0;
+}
 
 static PyGetSetDef fork_exec_getset[] = {
+    {"__wrapped__", fork_exec_get_wrapped, fork_exec_set_wrapped, NULL, NULL},
     /* "Starts children with the engine": rdmaspawn.guard() lets it be. */
     {"__rdmaspawn__", fork_exec_rdmaspawn, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -420,7 +439,6 @@ static PyType_Slot fork_exec_slots[] = {
     {Py_tp_traverse, (void *)fork_exec_traverse},
     {Py_tp_clear, (void *)fork_exec_clear},
     {Py_tp_dealloc, (void *)fork_exec_dealloc},
-    {Py_tp_members, fork_exec_members},
     {Py_tp_getset, fork_exec_getset},
     {Py_tp_doc, (void *)"fork_exec(*args): _posixsubprocess.fork_exec's arguments; "
                         "the child is started by rdmaspawn's engine."},
