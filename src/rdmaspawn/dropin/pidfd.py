@@ -6,8 +6,9 @@ hits a stranger (a documented race). A pidfd names the process itself:
 after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
 
 The engine asks the kernel for one (CLONE_PIDFD, Linux 5.2; O_CLOEXEC, so
-no child inherits it); ``fork_exec`` hands it up through
-``childsetup``'s per-thread hand-over. It is closed once the child is
+no child inherits it); ``fork_exec``, which must return a bare pid, hands it
+up through a per-thread hand-over in C (csrc/python/functions.c, reached as
+``childsetup.request_pidfd`` / ``take_pidfd``). It is closed once the child is
 reaped (under a lock, so that a concurrent ``send_signal`` never uses a
 closed, reused fd number), and by ``__del__`` at the latest.
 """
