@@ -47,8 +47,10 @@ struct rs_child {
 
 #ifdef RS_MEASURE_STACK
 /* tests/c/engine_harness.c builds with this: the bytes of its stack that
- * the last child on a mapped stack touched (spawn.c fills it first). */
+ * the last child on a mapped stack touched (spawn.c fills it first), and
+ * where that stack was. */
 extern size_t rs_child_stack_used;
+extern char *rs_child_stack_last;
 #endif
 
 /* report.c: a MAP_SHARED slot for one spawn (NULL if none), giving it back,

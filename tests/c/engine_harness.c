@@ -390,6 +390,38 @@ static void test_stack_depth(void)
     CHECK(deepest > 0 && deepest <= RS_CHILD_STACK_SIZE / 2,
           "the child uses at most half of its stack");
 }
+
+/* One spawn on a thread of its own; the stack its child ran on. */
+static void *spawn_on_new_thread(void *rc)
+{
+    char *argv[] = { "--exit", "0", NULL };
+    struct rs_request r;
+    struct rs_result res;
+    request(&r, NULL, NULL);
+    *(int *)rc = run_self(&r, &res, argv);
+    return rs_child_stack_last;
+}
+
+/* A thread's child stack outlives the thread: the next thread to spawn takes
+ * it rather than mapping one (spawn.c's spare stacks). A mapping made in
+ * between sits where an unmapped stack would have left a hole, so that a
+ * new mapping cannot land on the same address by chance. */
+static void test_stack_reuse(void)
+{
+    size_t size = RS_CHILD_STACK_SIZE + (size_t)sysconf(_SC_PAGESIZE);
+    int rc_a = -1, rc_b = -1;
+    void *a = NULL, *b = NULL;
+    pthread_t t;
+    if (pthread_create(&t, NULL, spawn_on_new_thread, &rc_a) == 0)
+        pthread_join(t, &a);
+    void *squat = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pthread_create(&t, NULL, spawn_on_new_thread, &rc_b) == 0)
+        pthread_join(t, &b);
+    CHECK(rc_a == 0 && rc_b == 0 && a && a == b,
+          "stack: an exited thread's child stack is taken by the next thread");
+    if (squat != MAP_FAILED)
+        munmap(squat, size);
+}
 #endif
 
 static char *true_argv[] = { "true", NULL };
@@ -808,6 +840,7 @@ int main(int argc, char **argv)
     stop_forking();
 #ifdef RS_MEASURE_STACK
     test_stack_depth();
+    test_stack_reuse();
 #endif
     test_pressure();
     test_misc();
