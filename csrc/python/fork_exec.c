@@ -8,7 +8,7 @@
  * threads spawning that CPU is the throughput. This object does what
  * _posixsubprocess does for the plain call, the one _execute_child makes for
  * almost every Popen: converts the arguments in C with the GIL held, copies
- * the environment while still holding it, releases the GIL for rs_spawn()
+ * the environ array while still holding it, releases the GIL for rs_spawn()
  * only, and writes a failed child's error into CPython's error pipe.
  *
  * Everything else (a preexec_fn, user/group/extra_groups, a value of an
@@ -19,7 +19,10 @@
  *
  * It is not part of the engine: nothing in csrc/ itself includes Python.h (the
  * C harness links those files without Python); this directory does. Python
- * makes one through functions.c's fork_exec_new().
+ * makes one through functions.c's fork_exec_new(). One file, in three parts
+ * (the plain case, the call, the type), because all three read the object's
+ * layout and its table of where each parameter sits; most of it is the
+ * conversion, one small function per kind of argument.
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
