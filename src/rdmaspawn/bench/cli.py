@@ -38,7 +38,11 @@ PNG_NAME = "spawn_latency.png"
 
 DEFAULT_MEM_GIB = (0.0, 1.0, 4.0, 16.0)
 DEFAULT_THREADS = (1, 2, 4)
-DEFAULT_ITERATIONS = 500
+# 2000: with 500, a 4-thread throughput batch was 16 spawns per thread (8
+# rounds), and one run's rdmaspawn/subprocess ratio landed anywhere in
+# 0.87-1.02 on a 2-vCPU VM; 2000 makes batches four times longer for ~30 s
+# more in a full run (the capped fork() spawner is most of its minutes).
+DEFAULT_ITERATIONS = 2000
 DEFAULT_TIME_CAP_S = 20.0  # seconds of spawning per spawner per configuration
 QUICK_MEM_GIB = (0.0, 1.0)
 QUICK_THREADS = (1, 2, 4)
