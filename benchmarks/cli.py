@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rdmaspawn._procfs import meminfo
+
 from .analysis import analyse
 from .build import build
 from .machine import describe_machine

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rdmaspawn._procfs import cpu_model, meminfo
+
 from .model import Machine
 from .numbers import GiB
 

@@ -20,6 +20,7 @@ from typing import Callable
 
 from rdmaspawn._engine import spawn as engine_spawn
 from rdmaspawn.dropin.popen import Popen as RdmaspawnPopen
+
 from .build import Built
 from .model import DEFAULT_PATH, ENGINE, FLOOR, OK, RDMASPAWN, UNAVAILABLE, SpawnerInfo
 

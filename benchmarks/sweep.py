@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from rdmaspawn._procfs import meminfo
+
 from .build import Built
 from .measure import measure_config
 from .model import ConfigResult, Skipped

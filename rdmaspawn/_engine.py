@@ -12,10 +12,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
-from . import _sourcetree  # noqa: F401  (first: a build-less source tree fails in one line)
-from ._rdmaspawn_cffi import ffi, lib
-
 from . import _setup_pack
+from ._rdmaspawn_cffi import ffi, lib
 from ._setup import ChildSetup
 
 __all__ = [
