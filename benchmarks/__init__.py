@@ -13,6 +13,6 @@ lists the options.  One module per job:
 ``machine``    the facts about the machine, for the report
 ``model``      the report as dataclasses, and its JSON
 ``analysis``   ratios, growth per GiB, the targets and their thresholds
-``table``      the plain-text report; ``readme``: the README block; ``plot``: the PNG
+``table``      the plain-text report; ``readme``: the Markdown block; ``plot``: the PNG
 =============  ==========================================================
 """

@@ -1,7 +1,7 @@
 """What a run's figures say: ratios, growth per GiB, and the targets asked of rdmaspawn.
 
 Every threshold is a named constant here, and the verdicts are computed once,
-into the report's targets: the table, the JSON and the README block all
+into the report's targets: the table, the JSON and the docs block all
 print those verdicts and never judge a figure again themselves.
 
 ================================  ==========================================  =========

@@ -1,12 +1,12 @@
 """``rdmaspawn bench``: measure, or re-render a JSON record, and write the report.
 
-Measure:    ``rdmaspawn bench [--quick] [--out DIR] [--readme README.md]``
-Re-render:  ``rdmaspawn bench --from-json FILE [--readme README.md] [--json FILE] [--out DIR]``
+Measure:    ``rdmaspawn bench [--quick] [--out DIR] [--readme PAGE.md]``
+Re-render:  ``rdmaspawn bench --from-json FILE [--readme PAGE.md] [--json FILE] [--out DIR]``
 
 A run prints its table on stdout (progress goes to stderr) and writes
 ``spawn_latency.json`` and ``spawn_latency.png`` into its output folder (see
-:mod:`.outdir`); ``--readme`` rewrites the block between the README's bench
-markers from the same report.  The exit status is 1 only when a spawner failed
+:mod:`.outdir`); ``--readme`` rewrites the block between a Markdown page's bench
+markers from the same report (the repository's page is ``docs/benchmark.md``).  The exit status is 1 only when a spawner failed
 or nothing could be measured: targets are figures, never assertions.
 """
 
@@ -150,7 +150,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _ref(path: Path, readme: Path) -> str:
-    """How the README names a file: relative to the README's folder where it is inside it."""
+    """How the page names a file: relative to the page's folder where it is inside it."""
     rel = os.path.relpath(path.resolve(), readme.resolve().parent)
     return str(path) if rel.startswith("..") else rel
 
@@ -159,7 +159,7 @@ def write_readme(report: Report, readme: Path, json_path: Path, png: Path | None
     png_ref = _ref(png, readme) if png is not None and png.exists() else None
     block = render_block(report, _ref(json_path, readme), png_ref)
     readme.write_text(splice(readme.read_text(), block))
-    log(f"README block: {readme}")
+    log(f"bench block: {readme}")
 
 
 def measure(args: argparse.Namespace, started: float) -> Report:
@@ -211,7 +211,7 @@ def _load(path: Path) -> Report:
 def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path: Path,
            record: Path | None) -> None:
     """Print the table, then write the plot into `out`, the JSON (a run's always; a
-    re-render's only with --json) and the README block."""
+    re-render's only with --json) and the docs block."""
     print(render_table(report) if report.settings.mem_gib_measured else "nothing measured")
     png = None
     if out is not None and not args.no_plot and report.settings.mem_gib_measured:

@@ -1,6 +1,6 @@
 """What one benchmark run found, as dataclasses; JSON is written from them and read back.
 
-The JSON file is the record of a run: the table, the plot and the README block
+The JSON file is the record of a run: the table, the plot and the docs block
 are all rendered from a :class:`Report`, whether it was just measured or read
 back with ``--from-json``.  Figures that could not be measured are ``None``
 (``null`` in JSON), never NaN.

@@ -1,4 +1,5 @@
-"""The README's benchmark block: Markdown rendered from a report, spliced between markers.
+"""The benchmark block of a Markdown page (the repository's is docs/benchmark.md):
+rendered from a report, spliced between markers.
 
 Only the text between BEGIN and END changes; the markers and everything
 around them stay byte for byte.  Every figure and every verdict in the block
@@ -20,7 +21,7 @@ MICRO = "µs"
 
 
 class MarkerError(ValueError):
-    """The README does not hold exactly one BEGIN marker followed by one END marker."""
+    """The page does not hold exactly one BEGIN marker followed by one END marker."""
 
 
 def _us(us: float | None) -> str:

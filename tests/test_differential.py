@@ -89,7 +89,7 @@ def spawnv_requests(draw: st.DrawFn) -> tuple:
 def _names_a_closed_std_fd(request: tuple) -> bool:
     """Whether stdin/stdout/stderr names one of fds 0-2 that the parent closed.
 
-    There rdmaspawn differs on purpose (README, "Differences from CPython";
+    There rdmaspawn differs on purpose (docs/cpython-differences.md;
     tests/test_errors.py pins it): CPython's child dup()s fds out of the way
     and a dup lands on the free low fd, so the closed fd the caller named is
     silently wired to another file; rdmaspawn says EBADF.
