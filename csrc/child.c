@@ -28,14 +28,6 @@
 
 #define RS_NSIG 65              /* kernel signals are 1..64 */
 
-/* The kernel's struct sigaction (x86-64 and arm64 both have sa_restorer). */
-struct rs_ksigaction {
-    void (*handler)(int);
-    unsigned long flags;
-    void (*restorer)(void);
-    uint64_t mask;
-};
-
 static int fail_exec(struct rs_child *c, int step, long rc, int exec_index)
 {
     c->report.err = (int)-rc;
@@ -52,12 +44,6 @@ static int fail(struct rs_child *c, int step, long rc)
     return fail_exec(c, step, rc, 0);
 }
 
-static long set_default(int sig)
-{
-    struct rs_ksigaction dfl = { SIG_DFL, 0, 0, 0 };
-    return rs_sys4(SYS_rt_sigaction, sig, (long)&dfl, 0, sizeof(uint64_t));
-}
-
 static void reset_handled_signals(void)
 {
     for (int sig = 1; sig < RS_NSIG; sig++) {
@@ -67,7 +53,7 @@ static void reset_handled_signals(void)
         if (rs_sys4(SYS_rt_sigaction, sig, 0, (long)&old, sizeof(uint64_t)) < 0)
             continue;
         if (old.handler != SIG_DFL && old.handler != SIG_IGN)
-            set_default(sig);
+            rs_set_disposition(sig, SIG_DFL);
     }
 }
 
@@ -208,8 +194,8 @@ int rs_child_main(void *arg)
     /* Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored
      * across execve(), so put them back unless asked not to. */
     if (r->restore_signals) {
-        set_default(SIGPIPE);
-        set_default(SIGXFSZ);
+        rs_set_disposition(SIGPIPE, SIG_DFL);
+        rs_set_disposition(SIGXFSZ, SIG_DFL);
     }
     const struct rs_setup *setup = r->setup;
     int step;

@@ -15,31 +15,30 @@
 /* Which step of a spawn failed; the child reports it with the errno. */
 enum rs_step {
     RS_STEP_NONE = 0,
-    RS_STEP_STACK = 1,      /* unused: a stack that cannot be mapped falls back (spawn.c) */
-    RS_STEP_CLONE = 2,      /* parent: clone3() / clone() */
-    RS_STEP_KEEP_FDS = 3,   /* child: making pass_fds inheritable */
-    RS_STEP_DUP = 4,        /* child: moving a low fd out of the way */
-    RS_STEP_DUP2 = 5,       /* child: installing stdin/stdout/stderr */
-    RS_STEP_CHDIR = 6,
-    RS_STEP_SIGNALS = 7,
-    RS_STEP_SETSID = 8,
-    RS_STEP_SETPGID = 9,
-    RS_STEP_SETGROUPS = 10,
-    RS_STEP_SETGID = 11,
-    RS_STEP_SETUID = 12,
-    RS_STEP_CLOSE_FDS = 13,
-    RS_STEP_EXEC = 14,
-    RS_STEP_PREPARE = 15,   /* parent: memory for the request */
+    RS_STEP_CLONE = 1,      /* parent: clone3() / clone() */
+    RS_STEP_KEEP_FDS = 2,   /* child: making pass_fds inheritable */
+    RS_STEP_DUP = 3,        /* child: moving a low fd out of the way */
+    RS_STEP_DUP2 = 4,       /* child: installing stdin/stdout/stderr */
+    RS_STEP_CHDIR = 5,
+    RS_STEP_SIGNALS = 6,
+    RS_STEP_SETSID = 7,
+    RS_STEP_SETPGID = 8,
+    RS_STEP_SETGROUPS = 9,
+    RS_STEP_SETGID = 10,
+    RS_STEP_SETUID = 11,
+    RS_STEP_CLOSE_FDS = 12,
+    RS_STEP_EXEC = 13,
+    RS_STEP_PREPARE = 14,   /* parent: memory for the request */
     /* The declarative setup (setup.c), in the order the child runs it. */
-    RS_STEP_SIGACTION = 16,     /* ignore_signals / default_signals */
-    RS_STEP_CGROUP = 17,        /* writing itself into cgroup.procs */
-    RS_STEP_CTTY = 18,          /* TIOCSCTTY */
-    RS_STEP_RLIMIT = 19,        /* prlimit64 */
-    RS_STEP_NICE = 20,          /* setpriority */
-    RS_STEP_IOPRIO = 21,        /* ioprio_set */
-    RS_STEP_AFFINITY = 22,      /* sched_setaffinity */
-    RS_STEP_NO_NEW_PRIVS = 23,  /* prctl(PR_SET_NO_NEW_PRIVS) */
-    RS_STEP_PDEATHSIG = 24      /* prctl(PR_SET_PDEATHSIG) */
+    RS_STEP_SIGACTION = 15,     /* ignore_signals / default_signals */
+    RS_STEP_CGROUP = 16,        /* writing itself into cgroup.procs */
+    RS_STEP_CTTY = 17,          /* TIOCSCTTY */
+    RS_STEP_RLIMIT = 18,        /* prlimit64 */
+    RS_STEP_NICE = 19,          /* setpriority */
+    RS_STEP_IOPRIO = 20,        /* ioprio_set */
+    RS_STEP_AFFINITY = 21,      /* sched_setaffinity */
+    RS_STEP_NO_NEW_PRIVS = 22,  /* prctl(PR_SET_NO_NEW_PRIVS) */
+    RS_STEP_PDEATHSIG = 23      /* prctl(PR_SET_PDEATHSIG) */
 };
 
 /* How the child closes the fds it must not inherit (tests force each). */

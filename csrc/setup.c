@@ -31,19 +31,6 @@
 
 #define IOPRIO_WHO_PROCESS 1
 
-struct rs_ksigaction_setup {
-    void (*handler)(int);
-    unsigned long flags;
-    void (*restorer)(void);
-    uint64_t mask;
-};
-
-static long set_disposition(int sig, void (*handler)(int))
-{
-    struct rs_ksigaction_setup act = { handler, 0, 0, 0 };
-    return rs_sys4(SYS_rt_sigaction, sig, (long)&act, 0, sizeof(uint64_t));
-}
-
 long rs_setup_signals(const struct rs_setup *s, int *step)
 {
     *step = RS_STEP_SIGACTION;
@@ -51,9 +38,9 @@ long rs_setup_signals(const struct rs_setup *s, int *step)
         uint64_t bit = (uint64_t)1 << (sig - 1);
         long rc = 0;
         if (s->ignore_signals & bit)
-            rc = set_disposition(sig, SIG_IGN);
+            rc = rs_set_disposition(sig, SIG_IGN);
         else if (s->default_signals & bit)
-            rc = set_disposition(sig, SIG_DFL);
+            rc = rs_set_disposition(sig, SIG_DFL);
         if (rc < 0)
             return rc;
     }

@@ -99,7 +99,6 @@ static int clone3_state;
 
 static const char *const step_names[] = {
     [RS_STEP_NONE] = "none",
-    [RS_STEP_STACK] = "mmap",
     [RS_STEP_CLONE] = "clone",
     [RS_STEP_KEEP_FDS] = "pass_fds",
     [RS_STEP_DUP] = "dup",

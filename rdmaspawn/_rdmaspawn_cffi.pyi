@@ -69,7 +69,6 @@ class FFI:
 class Lib:
     # enum rs_step
     RS_STEP_NONE: int
-    RS_STEP_STACK: int
     RS_STEP_CLONE: int
     RS_STEP_KEEP_FDS: int
     RS_STEP_DUP: int
@@ -132,6 +131,7 @@ class Lib:
         setup: CData,
         /,
     ) -> int: ...
+    def rs_spawn(self, req: CData, res: RsResult, /) -> int: ...
     def rs_step_name(self, step: int, /) -> CData: ...
     def rs_spawn_count(self) -> int: ...
     # csrc/python/binding.h: the pidfd hand-over
