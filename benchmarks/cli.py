@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from rdmaspawn._procfs import meminfo
+from rdmaspawn._host.procfs import meminfo
 
 from .analysis import analyse
 from .build import build

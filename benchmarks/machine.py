@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rdmaspawn._procfs import cpu_model, meminfo
+from rdmaspawn._host.procfs import cpu_model, meminfo
 
 from .model import Machine
 from .numbers import GiB

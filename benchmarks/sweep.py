@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from rdmaspawn._procfs import meminfo
+from rdmaspawn._host.procfs import meminfo
 
 from .build import Built
 from .measure import measure_config

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from . import _engine  # noqa: F401  first: its ImportError explains an unbuilt tree
-from ._rdmaspawn_cffi import lib
+from .._rdmaspawn_cffi import lib
+from . import engine as _engine  # noqa: F401  first: its ImportError explains an unbuilt tree
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
            "close_fd", "fork_exec_new"]
@@ -27,7 +27,7 @@ __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidf
 
 def pydll() -> Any:
     """The extension as a ctypes.PyDLL (calls hold the GIL), or None."""
-    from . import _rdmaspawn_cffi
+    from .. import _rdmaspawn_cffi
 
     try:
         import ctypes
