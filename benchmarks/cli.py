@@ -20,11 +20,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from rdmaspawn._procfs import meminfo
-
 from .analysis import analyse
 from .build import build
-from .machine import describe_machine
+from .machine import describe_machine, meminfo
 from .model import ERROR, OK, SCHEMA, Report, ReportFormatError, Settings, read_json, write_json
 from .numbers import GiB, log
 from .outdir import OutDirError, make_out_dir

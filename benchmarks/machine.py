@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rdmaspawn._procfs import cpu_model, meminfo
-
 from .model import Machine
 from .numbers import GiB
 
@@ -19,6 +17,41 @@ THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 OVERCOMMIT_SETTING = "/proc/sys/vm/overcommit_memory"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the rdmaspawn being measured
 GIT_TIMEOUT_S = 10
+
+
+def _read_system_file(path: str) -> bytes:
+    """The bytes of a system-wide /proc file; empty where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def meminfo() -> dict[str, int]:
+    """``/proc/meminfo`` in bytes (``{"MemTotal": ..., "MemAvailable": ...}``);
+    empty where it cannot be read.  Values the kernel gives in kB are scaled."""
+    out: dict[str, int] = {}
+    for line in _read_system_file("/proc/meminfo").split(b"\n"):
+        key, _, rest = line.partition(b":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            scale = 1024 if parts[1:] == [b"kB"] else 1
+            out[key.decode("ascii", "replace")] = int(parts[0]) * scale
+    return out
+
+
+# The keys under which the architectures' /proc/cpuinfo name the processor.
+_CPU_MODEL_KEYS = ("model name", "Model", "Hardware", "cpu model")
+
+
+def cpu_model() -> str | None:
+    """The processor's name from ``/proc/cpuinfo``, or None."""
+    for line in _read_system_file("/proc/cpuinfo").split(b"\n"):
+        key, _, val = line.decode("utf-8", "replace").partition(":")
+        if key.strip() in _CPU_MODEL_KEYS and val.strip():
+            return val.strip()
+    return None
 
 
 def _read_setting(path: str) -> str | None:

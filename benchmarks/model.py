@@ -25,7 +25,7 @@ READABLE_SCHEMAS = ("rdmaspawn-bench/1", SCHEMA)
 FLOOR = "floor"  # the C posix_spawn loop, in its own process
 DEFAULT_PATH = "subprocess"  # CPython's subprocess.Popen, default path
 RDMASPAWN = "rdmaspawn"  # rdmaspawn.Popen
-ENGINE = "engine"  # rdmaspawn._engine.spawn
+ENGINE = "engine"  # rdmaspawn._native.engine.spawn
 
 # Spawner states, in SpawnerInfo.status and Figures.status.
 OK = "ok"

@@ -2,7 +2,7 @@
 
 ==================  ====================================================
 ``rdmaspawn``       ``rdmaspawn.Popen(argv).wait()``
-``engine``          ``rdmaspawn._engine.spawn(...)`` then ``os.waitpid``
+``engine``          ``rdmaspawn._native.engine.spawn(...)`` then ``os.waitpid``
 ``subprocess``      ``subprocess.Popen(argv).wait()``: CPython's default
                     path (vfork on Linux since 3.10)
 ``subprocess-fork`` the same with ``preexec_fn``, which forces fork()
@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
-from rdmaspawn._engine import spawn as engine_spawn
+from rdmaspawn._native.engine import spawn as engine_spawn
 from rdmaspawn.dropin.popen import Popen as RdmaspawnPopen
 
 from .build import Built
@@ -81,7 +81,7 @@ def make_spawners(built: Built) -> list[Spawner]:
         floor.status, floor.reason = UNAVAILABLE, built.floor_reason
     return [
         Spawner(RDMASPAWN, "rdmaspawn.Popen(argv).wait()", rdmaspawn_popen),
-        Spawner(ENGINE, "rdmaspawn._engine.spawn + os.waitpid", engine),
+        Spawner(ENGINE, "rdmaspawn._native.engine.spawn + os.waitpid", engine),
         Spawner(DEFAULT_PATH, "subprocess.Popen(argv).wait() (CPython default path)",
                 subprocess_default),
         Spawner("subprocess-fork", "subprocess.Popen(argv, preexec_fn=...) (fork)",

@@ -15,9 +15,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from rdmaspawn._procfs import meminfo
-
 from .build import Built
+from .machine import meminfo
 from .measure import measure_config
 from .model import ConfigResult, Skipped
 from .numbers import GiB, fmt_gib, log

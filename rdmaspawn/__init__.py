@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # First: a source tree without its build fails here, in one line that says
 # what to do, rather than deep inside an import chain.
-from . import _sourcetree  # noqa: F401  # isort: skip
+from ._startup import sourcetree as _sourcetree  # noqa: F401  # isort: skip
 from subprocess import (
     DEVNULL,
     PIPE,
@@ -23,8 +23,8 @@ from subprocess import (
 from typing import Any
 
 from . import preexec
-from ._engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
-from ._setup_pack import ChildSetupError
+from ._child.pack import ChildSetupError
+from ._native.engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
 from .dropin.forkexec import PreexecFnError
 from .dropin.patch import is_patched, patch, patched, unpatch
 from .dropin.popen import (

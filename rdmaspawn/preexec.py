@@ -14,7 +14,7 @@ that holds RDMA (MADV_DONTFORK) memory can use it::
 A failed step raises :class:`rdmaspawn.ChildSetupError`: an OSError with
 the errno and the step (``setrlimit``, ``prctl``, ...), which is also a
 ``subprocess.SubprocessError`` like CPython's "Exception occurred in
-preexec_fn." (the order of the steps is in ``rdmaspawn._setup``).
+preexec_fn." (the order of the steps is in ``rdmaspawn._child.model``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import signal
 from collections.abc import Iterable
 from typing import Any, Callable
 
-from ._setup import Chain, ChildSetup, build, merge
+from ._child.model import Chain, ChildSetup, build, merge
 
 __all__ = [
     "Chain", "ChildSetup", "chain", "cgroup", "controlling_tty", "cpu_affinity",

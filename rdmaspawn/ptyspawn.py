@@ -15,8 +15,8 @@ import termios
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _engine
-from ._setup import ChildSetup, build, merge
+from ._child.model import ChildSetup, build, merge
+from ._native import engine as _engine
 
 __all__ = ["pty_spawn"]
 

@@ -11,7 +11,7 @@ The snippet runs at module level with ``os``, ``sys``, ``signal``, ``hazard``
 Print what the test should check, e.g.::
 
     result = run_with_hazard('''
-        from rdmaspawn import _engine
+        from rdmaspawn._native import engine as _engine
         pid, _ = _engine.spawn([b"true"], [b"/bin/true"])
         print(describe(os.waitpid(pid, 0)[1]))
     ''', "verbs")
@@ -218,7 +218,7 @@ if cfg["plant"]:
     from rdmaspawn.testing.hazard import plant
     info["hazard"] = dataclasses.asdict(plant(cfg["plant"]))
 if cfg["engine"]:
-    import rdmaspawn._engine
+    import rdmaspawn._native.engine
 if cfg["uid"] is not None:
     os.setgroups([])
     os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmaspawn._switch import ON, Settings, parse
+from rdmaspawn._startup.switch import ON, Settings, parse
 
 HOOK = "rdmaspawn-autostart.pth"
 

@@ -60,8 +60,8 @@ def test_child_starts_in_the_cgroup(cgroup: tuple[str, str]) -> None:
     path, name = cgroup
     code = f"""
         import json, subprocess, rdmaspawn, rdmaspawn.preexec as P
-        from rdmaspawn import _engine
-        from rdmaspawn._setup import build
+        from rdmaspawn._native import engine as _engine
+        from rdmaspawn._child.model import build
         def cgroup_of(popen, **kwargs):
             out = popen([sys.executable, {PROBE!r}], stdout=subprocess.PIPE, **kwargs)
             return json.loads(out.communicate()[0])["cgroup"]

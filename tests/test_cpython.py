@@ -1,4 +1,4 @@
-"""rdmaspawn._cpython: the table of CPython's private internals, and the
+"""rdmaspawn.dropin.cpython: the table of CPython's private internals, and the
 refusal of a CPython whose subprocess does not match it."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from rdmaspawn import _cpython
+from rdmaspawn.dropin import cpython as _cpython
 
 
 def test_this_cpython_is_known_and_matches():

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rdmaspawn._interpreter import python_command
+from rdmaspawn._host.interpreter import python_command
 
 EXAMPLES = 300
 

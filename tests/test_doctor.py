@@ -224,7 +224,7 @@ def test_unreadable_as_root_says_why() -> None:
         pytest.skip("needs root: the message is for root without CAP_SYS_PTRACE")
     code = DROP_CAPS + textwrap.dedent("""
         import os, sys
-        from rdmaspawn._procfs import read_smaps
+        from rdmaspawn._host.procfs import read_smaps
         from rdmaspawn.tools.doctor import main
         drop_capabilities()
         assert os.geteuid() == 0

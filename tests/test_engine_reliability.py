@@ -17,8 +17,8 @@ import threading
 
 import pytest
 
-from rdmaspawn import _engine
-from rdmaspawn._interpreter import python_command
+from rdmaspawn._host.interpreter import python_command
+from rdmaspawn._native import engine as _engine
 
 ENV = "/usr/bin/env"
 
@@ -147,7 +147,7 @@ def test_credentials_follow_cpython(which, requests):
 
 _FIRST_SPAWN = """
 import os, threading
-from rdmaspawn import _engine
+from rdmaspawn._native import engine as _engine
 seen, stop = [], threading.Event()
 def reap():
     while not stop.is_set():
@@ -184,7 +184,7 @@ def test_first_spawn_starts_no_other_child():
 
 _FORKED_COPY = """
 import os
-from rdmaspawn import _engine
+from rdmaspawn._native import engine as _engine
 def fail():
     try:
         _engine.spawn([b"x"], [b"/nonexistent/x"])
@@ -217,7 +217,7 @@ def test_forked_copy_reports_stay_apart():
 
 _PRESSURE = """
 import ctypes, json, mmap, os, resource, threading
-from rdmaspawn import _engine
+from rdmaspawn._native import engine as _engine
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,

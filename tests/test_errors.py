@@ -14,7 +14,7 @@ import pytest
 from process_state import children, open_fds
 
 import rdmaspawn
-from rdmaspawn._interpreter import python_command
+from rdmaspawn._host.interpreter import python_command
 
 ROOT = os.geteuid() == 0
 

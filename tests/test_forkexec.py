@@ -7,7 +7,7 @@ import threading
 
 from process_state import children
 
-from rdmaspawn import _cpython
+from rdmaspawn.dropin import cpython as _cpython
 from rdmaspawn.dropin.forkexec import fork_exec
 
 

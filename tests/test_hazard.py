@@ -33,7 +33,7 @@ POSIX_SPAWN = """
 """
 
 IN_SMAPS = """
-    from rdmaspawn._procfs import is_dontfork as _is_dontfork
+    from rdmaspawn._host.procfs import is_dontfork as _is_dontfork
     print(_is_dontfork(hazard.arena), _is_dontfork(hazard.start + hazard.length - 1))
 """
 

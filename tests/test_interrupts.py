@@ -11,7 +11,7 @@ import os
 import subprocess
 import textwrap
 
-from rdmaspawn._interpreter import python_command
+from rdmaspawn._host.interpreter import python_command
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -1,4 +1,4 @@
-"""rdmaspawn._onimport.when_imported: now for an imported module, else right after its import.
+"""rdmaspawn._startup.onimport.when_imported: now for an imported module, else right after its import.
 
 Fresh interpreters, so that the module watched is really not imported yet.
 """
@@ -20,7 +20,7 @@ def fresh(code: str) -> dict[str, object]:
 def test_after_the_import_and_before_the_importer_sees_it() -> None:
     out = fresh("""
         import inspect, json, sys
-        from rdmaspawn._onimport import _finder, when_imported
+        from rdmaspawn._startup.onimport import _finder, when_imported
         seen = []
         out = {"now": when_imported("json", lambda m: seen.append(m.__name__)),
                "deferred": when_imported("wave", lambda m: seen.append(m.__name__ + ":" +
@@ -40,7 +40,7 @@ def test_other_imports_pass_through() -> None:
     """While a function waits, every other module imports as usual, and only once it fires."""
     out = fresh("""
         import json
-        from rdmaspawn._onimport import when_imported
+        from rdmaspawn._startup.onimport import when_imported
         calls = []
         when_imported("wave", calls.append)
         import csv, decimal

@@ -20,7 +20,7 @@ def test_patch_routes_through_the_engine_and_unpatch_restores():
     back the very objects that were there."""
     out = _run("""
         import json, os, subprocess, _posixsubprocess, rdmaspawn
-        from rdmaspawn import _engine
+        from rdmaspawn._native import engine as _engine
         before = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None),
                   subprocess.Popen._posix_spawn, os._spawnvef)
         out = {"patched_before": rdmaspawn.is_patched()}

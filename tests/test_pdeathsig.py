@@ -129,9 +129,9 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
     and takes it itself (simulated by naming another parent pid)."""
     run = run_with_hazard("""
         import json
-        from rdmaspawn import _engine
-        from rdmaspawn._setup import build
-        from rdmaspawn._setup_pack import packed
+        from rdmaspawn._native import engine as _engine
+        from rdmaspawn._child.model import build
+        from rdmaspawn._child.pack import packed
         out = []
         for parent in (1, os.getpid()):
             with packed(build(pdeathsig=signal.SIGTERM)) as setup:

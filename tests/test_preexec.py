@@ -13,8 +13,8 @@ import signal
 import pytest
 
 from rdmaspawn import preexec as P
-from rdmaspawn._setup import ChildSetup
-from rdmaspawn.dropin.childsetup import as_setup
+from rdmaspawn._child.model import ChildSetup
+from rdmaspawn._child.recognize import as_setup
 
 RECOGNISED = [
     (os.setsid, ChildSetup(setsid=True)),
@@ -49,7 +49,7 @@ NOT_RECOGNISED = [
 
 @pytest.mark.parametrize("value,expected", RECOGNISED)
 def test_recognised_values(value: object, expected: ChildSetup) -> None:
-    """Each value in childsetup's table becomes exactly its ChildSetup."""
+    """Each value in recognize's table becomes exactly its ChildSetup."""
     assert as_setup(value) == expected
 
 

@@ -1,4 +1,4 @@
-"""rdmaspawn._procfs: parsing /proc/PID/smaps and the fast DONTFORK check, on real processes."""
+"""rdmaspawn._host.procfs: parsing /proc/PID/smaps and the fast DONTFORK check, on real processes."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import textwrap
 import pytest
 from hazard_helpers import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
 
-from rdmaspawn import _procfs as _smaps
+from rdmaspawn._host import procfs as _smaps
 
 # Maps `n` one-page regions with alternating protection (so they stay separate
 # mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
 # a file whose name contains " dc ", and prints what it did.
 _PLANT = textwrap.dedent("""
     import ctypes, json, mmap, os, sys, tempfile, time
-    from rdmaspawn import _procfs as _smaps
+    from rdmaspawn._host import procfs as _smaps
     n, dc = %(n)d, %(dc)d
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
@@ -216,7 +216,7 @@ def test_thread_heap_base() -> None:
 def test_has_capability_reads_cap_eff() -> None:
     """has_capability() reads the effective set: a child that clears CAP_SYS_PTRACE shows it gone."""
     code = textwrap.dedent(DROP_CAPS) + textwrap.dedent("""
-        from rdmaspawn import _procfs
+        from rdmaspawn._host import procfs as _procfs
         before = _procfs.has_capability(_procfs.CAP_SYS_PTRACE)
         drop_capabilities()
         print(before, _procfs.has_capability(_procfs.CAP_SYS_PTRACE))

@@ -1,9 +1,9 @@
-"""rdmaspawn._wrapping: taking one wrapper out of a ``__wrapped__`` chain."""
+"""rdmaspawn.dropin.wrapping: taking one wrapper out of a ``__wrapped__`` chain."""
 from __future__ import annotations
 
 import types
 
-from rdmaspawn import _wrapping
+from rdmaspawn.dropin import wrapping as _wrapping
 
 
 def _wrapper(inner):

@@ -405,7 +405,7 @@ static PyObject *fork_exec_rdmaspawn(PyObject *op, void *closure)
 }
 
 /* __wrapped__ is read at each preexec_fn call, so that a wrapper applied
- * later can be taken out of the chain again (rdmaspawn._wrapping). A getset,
+ * later can be taken out of the chain again (rdmaspawn.dropin.wrapping). A getset,
  * not a member: structmember.h is deprecated since 3.12. */
 static PyObject *fork_exec_get_wrapped(PyObject *op, void *closure)
 {

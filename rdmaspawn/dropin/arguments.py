@@ -5,7 +5,7 @@ their arguments in C before they fork; each bad value raises a particular
 exception with a particular message, and the first bad argument in their
 order wins. The drop-ins check in the same order with the same exceptions,
 so that a bad request fails under rdmaspawn exactly as it fails without it.
-Which messages a version uses is the version table's (``_cpython``).
+Which messages a version uses is the version table's (``cpython``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import operator
 import os
 from typing import Any
 
-from .. import _cpython, _engine
+from .._native import engine as _engine
+from . import cpython as _cpython
 
 __all__ = [
     "check_fds_to_keep",

@@ -13,11 +13,14 @@ import os
 import subprocess
 from typing import Any, Callable
 
-from .. import _capi, _cpython, _engine, _wrapping
-from .._procfs import has_dontfork
-from .._setup_pack import ChildSetupError
+from .._child import recognize as _childsetup
+from .._child.pack import ChildSetupError
+from .._host.procfs import has_dontfork
+from .._native import capi as _capi
+from .._native import engine as _engine
 from . import arguments
-from . import childsetup as _childsetup
+from . import cpython as _cpython
+from . import wrapping as _wrapping
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
 
@@ -92,7 +95,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     setup = None
     if call.preexec_fn is not None:
         # rdmaspawn.preexec helpers and the common stdlib values run in
-        # the CLONE_VM child without fork (childsetup's table).
+        # the CLONE_VM child without fork (recognize's table).
         setup = _childsetup.as_setup(call.preexec_fn)
     if call.preexec_fn is not None and setup is None:
         if has_dontfork():

@@ -21,11 +21,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _cpython, _wrapping
+from . import cpython as _cpython
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
 from . import spawnv as _spawnv
 from . import startmethod as _startmethod
+from . import wrapping as _wrapping
 
 __all__ = ["patch", "unpatch", "patched", "is_patched"]
 

@@ -20,8 +20,8 @@ import threading
 import types
 from typing import Any, Callable
 
-from .. import _cpython
-from . import childsetup as _childsetup
+from .._child import recognize as _childsetup
+from . import cpython as _cpython
 from . import forkexec as _forkexec
 from . import interrupts
 from . import pidfd as _pidfd

@@ -16,9 +16,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from .. import _cpython, _engine
+from .._child import recognize as _childsetup
+from .._native import engine as _engine
 from . import arguments
-from . import childsetup as _childsetup
+from . import cpython as _cpython
 
 __all__ = ["posix_spawn_method"]
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
-from .. import _engine
+from .._native import engine as _engine
 
 __all__ = ["spawnvef"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._switch import START_METHODS
+from .._startup.switch import START_METHODS
 
 __all__ = ["get_context", "prefer_start_method", "restore_start_method"]
 

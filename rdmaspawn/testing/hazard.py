@@ -37,7 +37,7 @@ import os
 import threading
 import time
 
-from .._procfs import (
+from .._host.procfs import (
     is_dontfork,
     library_path,
     parse_maps,

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .._interpreter import python_command
+from .._host.interpreter import python_command
 
 __all__ = ["main", "run_demo"]
 

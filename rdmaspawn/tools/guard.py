@@ -9,7 +9,7 @@
   always on 3.9; on 3.10+ when ``preexec_fn`` is given, when ``user``/
   ``group``/``extra_groups`` are, or when ``subprocess._USE_VFORK`` is false.
 
-Before such a call it checks :func:`rdmaspawn._procfs.has_dontfork` (device
+Before such a call it checks :func:`rdmaspawn._host.procfs.has_dontfork` (device
 mappings left out) and, if the process holds ``MADV_DONTFORK`` memory, warns
 with :class:`ForkHazardWarning` (then forks) or raises
 :class:`ForkHazardError` (and does not fork).
@@ -34,7 +34,7 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
   guard applied before it still sees them.
 
 ``fork_exec`` is positional only; which argument is which on each version,
-and when CPython's forks rather than vforks, is ``rdmaspawn._cpython``'s.
+and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable
 
-from .. import _cpython, _wrapping
-from .._procfs import Mapping, dontfork_mappings, has_dontfork
-from ..dropin.childsetup import as_setup
+from .._child.recognize import as_setup
+from .._host.procfs import Mapping, dontfork_mappings, has_dontfork
+from ..dropin import cpython as _cpython
+from ..dropin import wrapping as _wrapping
 
 __all__ = [
     "ForkHazardError",

@@ -1,7 +1,7 @@
 """``rdmaspawn run [options] -- CMD ARGS...``: start a whole job with rdmaspawn in force.
 
 ``run`` writes the ``RDMASPAWN`` environment variable (see
-:mod:`rdmaspawn._switch`) and then *becomes* CMD with ``execvp``: no process
+:mod:`rdmaspawn._startup.switch`) and then *becomes* CMD with ``execvp``: no process
 stays in between. So every signal sent to ``run``'s pid reaches CMD, CMD's
 exit status is the job's (a shell shows a death by signal N as 128+N, Python's
 ``subprocess`` as -N, exactly as for CMD alone), and ``run`` adds no child,
@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .._switch import GUARD_ACTIONS, ON, START_METHODS, VARIABLE, Settings
+from .._startup.switch import GUARD_ACTIONS, ON, START_METHODS, VARIABLE, Settings
 
 __all__ = ["main", "settings_from_args"]
 

@@ -164,7 +164,7 @@ class Instruments:
         if not patched:
             return
         import rdmaspawn
-        from rdmaspawn import _engine
+        from rdmaspawn._native import engine as _engine
         from rdmaspawn.dropin import patch as _patch
 
         self.rdmaspawn = rdmaspawn

@@ -169,7 +169,7 @@ def run_way(func: Callable[[], str]) -> str:
 
 def main() -> None:
     started = time.monotonic()
-    from rdmaspawn._procfs import has_dontfork, is_dontfork, read_cmdline
+    from rdmaspawn._host.procfs import has_dontfork, is_dontfork, read_cmdline
     from rdmaspawn.testing.hazard import plant
 
     # First, before torch starts its threads: plant() needs a fresh malloc arena.

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..._procfs import Mapping, thread_heap_base
+from ..._host.procfs import Mapping, thread_heap_base
 
 __all__ = ["RISK_ORDER", "Finding", "classify"]
 

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..._procfs import CAP_SYS_PTRACE, NoSuchProcessError, has_capability
+from ..._host.procfs import CAP_SYS_PTRACE, NoSuchProcessError, has_capability
 from .process import doctor
 from .scan import scan_node
 

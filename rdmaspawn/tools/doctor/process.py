@@ -8,7 +8,7 @@ import re
 import sys
 from typing import Any
 
-from ..._procfs import (
+from ..._host.procfs import (
     Pid,
     all_mappings,
     exe_path,
@@ -74,7 +74,7 @@ def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple
 def _engine_facts() -> dict[str, Any]:
     """libibverbs' fork status as this process's libibverbs (or the system's) reports it."""
     try:
-        from rdmaspawn import _engine
+        from rdmaspawn._native import engine as _engine
 
         st = _engine.fork_status()
         return {"fork_status": st.state, "fork_library": st.library}
@@ -122,7 +122,7 @@ def _other_python(pid: int) -> str:
 def doctor(pid: int | None = None) -> Report:
     """Inspect this process (``pid=None``) or another one and return a :class:`Report`.
 
-    Raises :class:`~rdmaspawn._procfs.NoSuchProcessError` (a
+    Raises :class:`~rdmaspawn._host.procfs.NoSuchProcessError` (a
     ``ProcessLookupError`` and ``FileNotFoundError``) when there is no such
     process and ``PermissionError`` when its memory map may not be read.
     """

@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from ..._procfs import (
+from ..._host.procfs import (
     NoSuchProcessError,
     all_mappings,
     all_pids,

@@ -1,6 +1,6 @@
 """Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
 
-(Over 400 lines on purpose: the package's one /proc reader, issue 8; each
+(Over 450 lines on purpose: it is the package's one /proc reader, and each
 section below is one kind of question.)
 
 ``madvise(MADV_DONTFORK)`` sets ``VM_DONTCOPY`` on a mapping; the kernel shows
@@ -56,8 +56,6 @@ __all__ = [
     "library_paths",
     "mapping_at",
     "max_map_count",
-    "meminfo",
-    "cpu_model",
     "parse_maps",
     "parse_smaps",
     "read_cmdline",
@@ -477,44 +475,3 @@ def max_map_count() -> int | None:
             return int(f.read().strip())
     except (OSError, ValueError):
         return None
-
-
-# ---------------------------------------------------------------------------
-# System-wide facts, for the benchmark's description of the machine.  Kept
-# apart from the per-process readers above: they read files that are not
-# under /proc/PID.
-
-
-def _read_system_file(path: str) -> bytes:
-    """The bytes of a system-wide /proc file; empty where it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def meminfo() -> dict[str, int]:
-    """``/proc/meminfo`` in bytes (``{"MemTotal": ..., "MemAvailable": ...}``);
-    empty where it cannot be read.  Values the kernel gives in kB are scaled."""
-    out: dict[str, int] = {}
-    for line in _read_system_file("/proc/meminfo").split(b"\n"):
-        key, _, rest = line.partition(b":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            scale = 1024 if parts[1:] == [b"kB"] else 1
-            out[key.decode("ascii", "replace")] = int(parts[0]) * scale
-    return out
-
-
-# The keys under which the architectures' /proc/cpuinfo name the processor.
-_CPU_MODEL_KEYS = ("model name", "Model", "Hardware", "cpu model")
-
-
-def cpu_model() -> str | None:
-    """The processor's name from ``/proc/cpuinfo``, or None."""
-    for line in _read_system_file("/proc/cpuinfo").split(b"\n"):
-        key, _, val = line.decode("utf-8", "replace").partition(":")
-        if key.strip() in _CPU_MODEL_KEYS and val.strip():
-            return val.strip()
-    return None

@@ -19,7 +19,8 @@ import sys
 
 __all__ = ["require_core"]
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+#: The package directory (this module sits in its _startup/).
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _installed_elsewhere(root: str) -> str | None:
@@ -55,7 +56,7 @@ def _explain(exc: ImportError) -> str:
 def require_core() -> None:
     """Import the compiled core; an ImportError that says what to do if it fails."""
     try:
-        from . import _rdmaspawn_cffi  # noqa: F401
+        from .. import _rdmaspawn_cffi  # noqa: F401
     except ImportError as exc:
         raise ImportError(_explain(exc)) from exc
 

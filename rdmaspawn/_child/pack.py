@@ -1,4 +1,4 @@
-"""A :class:`~rdmaspawn._setup.ChildSetup` as ``struct rs_setup``, and the spawn with it.
+"""A :class:`~rdmaspawn._child.model.ChildSetup` as ``struct rs_setup``, and the spawn with it.
 
 Everything the child will read is made here, in the parent: the limit and
 CPU arrays, the signal masks, and the cgroup's fds (opened O_CLOEXEC, at 3
@@ -17,9 +17,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from ._rdmaspawn_cffi import ffi, lib
-from ._setup import ChildSetup, ioprio_value, signal_bits
-from ._spawner import run_as_process
+from .._rdmaspawn_cffi import ffi, lib
+from .model import ChildSetup, ioprio_value, signal_bits
+from .spawner import run_as_process
 
 __all__ = ["ChildSetupError", "packed", "spawn_with"]
 
@@ -128,7 +128,7 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
     """``spawn_flat`` with ``setup`` carried out in the child.
 
     The setup's session, process group and umask become the request's; a
-    death signal makes the spawn follow the process (see ``_spawner``).
+    death signal makes the spawn follow the process (see ``spawner``).
     """
     if setup.setsid or setup.ctty is not None:
         flags |= lib.RS_F_SETSID

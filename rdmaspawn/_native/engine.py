@@ -12,9 +12,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
-from . import _setup_pack
-from ._rdmaspawn_cffi import ffi, lib
-from ._setup import ChildSetup
+from .._child import pack as _setup_pack
+from .._child.model import ChildSetup
+from .._rdmaspawn_cffi import ffi, lib
 
 __all__ = [
     "SpawnError",
@@ -134,7 +134,7 @@ class _EnvironCopier:
     def __init__(self) -> None:
         import ctypes
 
-        from ._capi import pydll
+        from .capi import pydll
 
         dll = pydll()
         if dll is None:

@@ -16,8 +16,8 @@ import os
 import sys
 from typing import Callable
 
-from ._onimport import when_imported
-from ._switch import VARIABLE, Settings, parse
+from .onimport import when_imported
+from .switch import VARIABLE, Settings, parse
 
 __all__ = ["start", "apply"]
 
@@ -37,20 +37,20 @@ def apply(settings: Settings) -> list[str]:
     """Do what ``settings`` asks in this process; return what was done, in words."""
     done: list[str] = []
     if settings.patch:
-        from .dropin.patch import patch
+        from ..dropin.patch import patch
 
         patch()
         done.append("patch()")
     if settings.guard is not None:
-        from .dropin.poolhandler import install
-        from .tools.guard import guard
+        from ..dropin.poolhandler import install
+        from ..tools.guard import guard
 
         guard(settings.guard)
         # A refused fork in a Pool's worker handler fails the job, not hangs it.
         when_imported("multiprocessing.pool", lambda _: _safely(install, "Pool's worker handler"))
         done.append(f"guard({settings.guard!r})")
     if settings.start_method is not None:
-        from .dropin.startmethod import prefer_start_method
+        from ..dropin.startmethod import prefer_start_method
 
         method = settings.start_method
         when_imported("multiprocessing.context",

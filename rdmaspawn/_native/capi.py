@@ -15,19 +15,21 @@ functions through cffi, ``close_fd`` to ``os.close``, and
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable
 
-from . import _engine  # noqa: F401  first: its ImportError explains an unbuilt tree
-from ._rdmaspawn_cffi import lib
+from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
            "close_fd", "fork_exec_new"]
 
 
+@functools.cache
 def pydll() -> Any:
-    """The extension as a ctypes.PyDLL (calls hold the GIL), or None."""
-    from . import _rdmaspawn_cffi
+    """The extension as a ctypes.PyDLL (calls hold the GIL), or None; opened once,
+    for these builtins and for the engine's environment copy."""
+    from .. import _rdmaspawn_cffi
 
     try:
         import ctypes

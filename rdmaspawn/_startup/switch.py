@@ -2,7 +2,7 @@
 
 A comma-separated list of items; every Python process that starts with it set
 (and has this rdmaspawn installed) applies them at start-up, through the
-``rdmaspawn-autostart.pth`` hook (:mod:`rdmaspawn._autostart`).
+``rdmaspawn-autostart.pth`` hook (:mod:`rdmaspawn._startup.autostart`).
 ``rdmaspawn run`` writes it for the command it starts.
 
 ==========================  =====================================================

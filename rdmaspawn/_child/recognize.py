@@ -2,7 +2,7 @@
 
 CPython runs ``preexec_fn`` in a forked child, which a process holding
 MADV_DONTFORK memory cannot afford. Many launchers pass one of a handful of
-values whose whole effect a :class:`~rdmaspawn._setup.ChildSetup` can carry
+values whose whole effect a :class:`~rdmaspawn._child.model.ChildSetup` can carry
 out in the CLONE_VM child with raw system calls; :func:`as_setup` finds
 them: ``rdmaspawn.preexec`` values and their chains, ``os.setsid``,
 ``os.setpgrp`` (``_PLAIN``), and the ``functools.partial`` forms in
@@ -21,8 +21,8 @@ import resource
 import signal
 from typing import Any, Callable
 
-from .. import _capi
-from .._setup import Chain, ChildSetup, build, merge
+from .._native import capi as _capi
+from .model import Chain, ChildSetup, build, merge
 
 __all__ = ["as_setup", "setup_kwargs_to_preexec_fn", "request_pidfd", "pidfd_requested",
            "hand_pidfd", "take_pidfd"]

@@ -14,8 +14,8 @@ import sys
 __all__ = ["python_command"]
 
 #: The sys.path entry this rdmaspawn was imported from (site-packages, or a
-#: checkout's src/ for an editable install).
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: checkout's root for an editable install); this module sits in rdmaspawn/_host/.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def python_command(code: str, *args: str) -> list[str]:

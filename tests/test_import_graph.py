@@ -1,0 +1,124 @@
+"""No circles among the package's modules, read from the source.
+
+Two modules that import each other are one job split badly or a shared fact
+that wants its own home, and a circle can hide a bug (an ``unpatch()`` that
+reset a start method it never set). The graph is built with ``ast`` from every
+import statement, at module level or inside a function (a deferred import
+only hides a circle from the interpreter), and any strongly connected group
+of more than one module, or a module importing itself, fails.
+
+``from package import name`` counts as importing ``package.name`` where that
+is a module, else ``package`` itself. The implicit import of a module's
+parent packages does not count: every submodule has it.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Source directory -> the package name it installs as.
+PACKAGES = {ROOT / "rdmaspawn": "rdmaspawn", ROOT / "benchmarks": "rdmaspawn.bench"}
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for top, name in PACKAGES.items():
+        # A compiled module counts by its stub (rdmaspawn._rdmaspawn_cffi).
+        stubs = [p for p in top.rglob("*.pyi") if not p.with_suffix(".py").exists()]
+        for path in [*top.rglob("*.py"), *stubs]:
+            parts = list(path.relative_to(top).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([name, *parts])] = path
+    return found
+
+
+def _imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                yield sub if sub in known else source
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each of the package's modules -> the package's modules it imports."""
+    known = _modules()
+    return {m: {i for i in _imports(m, p, known) if i in known} for m, p in known.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups that are circles (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1 or v in graph[v]:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+# dropin/patch <-> dropin/startmethod is being reworked on another branch;
+# it is broken after that lands, and this entry then goes.
+_KNOWN = [["rdmaspawn.dropin.patch", "rdmaspawn.dropin.startmethod"]]
+
+
+def test_the_package_has_no_import_circle() -> None:
+    assert circles(import_graph()) == _KNOWN
+
+
+def test_the_graph_sees_relative_deferred_and_from_imports() -> None:
+    """The reader is what the first test trusts: it must see the package's
+    known edges of each kind, or an empty result would prove nothing."""
+    graph = import_graph()
+    # relative, module level, `from . import module`
+    assert "rdmaspawn._startup.sourcetree" in graph["rdmaspawn"]
+    # relative, inside a function (the CLI's lazy subcommands)
+    assert "rdmaspawn.tools.run" in graph["rdmaspawn.__main__"]
+    # two dots up, `from ..package.module import name`
+    assert "rdmaspawn._host.procfs" in graph["rdmaspawn.tools.doctor.scan"]
+    # the benchmark, under its installed name
+    assert "rdmaspawn.bench.model" in graph["rdmaspawn.bench.cli"]
+
+
+def test_a_circle_is_found() -> None:
+    """Two modules through a third, and a module importing itself."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"a"}}) == [["a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
