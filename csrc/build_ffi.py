@@ -10,7 +10,8 @@ import os
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["spawn.c", "child.c", "report.c", "environ.c", "forkinit.c", "packed.c", "setup.c",
+SOURCES = ["spawn.c", "child.c", "report.c", "forkinit.c", "packed.c", "setup.c",
+           "python/environ.c",
            "python/fork_exec.c", "python/functions.c"]
 # The headers whose marked block is the cdef: the engine's, and what
 # python/ adds for the binding alone.

@@ -14,7 +14,7 @@
 
 int rs_spawn_packed(const char *argv_blob, int argc,
                     const char *exec_blob, int nexec,
-                    const char *env_blob, int nenv,
+                    const char *env_blob, int nenv, char *const *envp,
                     const char *cwd,
                     const int *keep_fds, int n_keep_fds,
                     const int *close_first, int n_close_first,
@@ -43,6 +43,8 @@ int rs_spawn_packed(const char *argv_blob, int argc,
     if (nenv >= 0) {
         rs_split_blob(env_blob, nenv, ptrs + argc + 1 + nexec + 1);
         r.envp = ptrs + argc + 1 + nexec + 1;
+    } else {
+        r.envp = envp;
     }
     r.cwd = cwd;
     r.keep_fds = keep_fds;

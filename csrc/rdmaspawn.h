@@ -55,6 +55,13 @@ enum rs_clone_method {
     RS_CLONE_CLONE = 2      /* glibc clone(); the child resets handlers itself */
 };
 
+/* The exit status of a child that failed before exec, as CPython's child
+ * gives it (_posixsubprocess.c: _exit(255)): rs_request.fail_status for
+ * subprocess's children. */
+enum rs_fail_status {
+    RS_FAIL_STATUS_CPYTHON = 255
+};
+
 /* One resource limit for the child: prlimit64(0, resource, {soft, hard}). */
 struct rs_rlimit {
     int resource;
@@ -124,7 +131,7 @@ struct rs_request {
     unsigned int uid;
     int want_pidfd;             /* ask the kernel for a pidfd (O_CLOEXEC) */
     int reap_on_failure;        /* waitpid() a child that failed before exec */
-    int fail_status;            /* exit status of a child that failed (CPython: 255) */
+    int fail_status;            /* exit status of a child that failed (CPython's: above) */
     int force_clone;            /* tests: skip clone3 and use the fallback */
     const struct rs_setup *setup;   /* NULL, or the declarative setup */
 };
@@ -142,8 +149,8 @@ struct rs_result {
  * rs_request.envp == NULL hands the child glibc's environ as it is, which is
  * only safe if no thread can setenv() or unsetenv() until rs_spawn() returns
  * (they reallocate and free the array). The Python binding never does that:
- * it copies environ with the GIL held (environ.c, through ctypes.PyDLL) and
- * passes the copy (from Python through cffi where ctypes cannot load).
+ * it copies the array with the GIL held (csrc/python/environ.c) and passes
+ * the copy.
  */
 extern char **environ;
 
@@ -174,12 +181,13 @@ enum rs_flags {
 /*
  * rs_spawn() with the request as flat arguments, for the Python binding: one
  * call (one GIL release) and no struct built field by field. String lists
- * are blobs of n NUL-terminated strings back to back; nenv < 0 inherits the
- * environment, ngroups < 0 leaves the groups, gid/uid < 0 leave the ids.
+ * are blobs of n NUL-terminated strings back to back; nenv < 0 hands the
+ * child envp instead (a NULL-terminated array: the binding's copy of
+ * environ's), ngroups < 0 leaves the groups, gid/uid < 0 leave the ids.
  */
 int rs_spawn_packed(const char *argv_blob, int argc,
                     const char *exec_blob, int nexec,
-                    const char *env_blob, int nenv,
+                    const char *env_blob, int nenv, char *const *envp,
                     const char *cwd,
                     const int *keep_fds, int n_keep_fds,
                     const int *close_first, int n_close_first,

@@ -1,5 +1,5 @@
 # The cffi-generated extension (csrc/build_ffi.py, from the cdef blocks of
-# csrc/rdmaspawn.h and csrc/python/binding.h): what _engine.py uses of it, typed, so that mypy --strict
+# csrc/rdmaspawn.h and csrc/python/binding.h): what _native/engine.py uses of it, typed, so that mypy --strict
 # checks the binding. A C declaration that changes changes here too.
 from typing import Literal, overload
 
@@ -64,7 +64,12 @@ class FFI:
     def new(self, cdecl: Literal["struct rs_rlimit[]"], init: list[list[int]]) -> CData: ...
     @overload
     def new(self, cdecl: Literal["unsigned long long[]"], init: list[int]) -> CData: ...
+    @overload
+    def new(self, cdecl: Literal["char *[]"], init: int) -> CData: ...
     def string(self, cdata: CData, maxlen: int = ...) -> bytes: ...
+    def from_buffer(self, cdecl: Literal["char *[]"], buffer: bytes, /) -> CData: ...
+    def memmove(self, dest: CData, src: CData, n: int, /) -> None: ...
+    def sizeof(self, cdecl: Literal["char *"], /) -> int: ...
 
 class Lib:
     # enum rs_step
@@ -107,6 +112,8 @@ class Lib:
     RS_F_WANT_PIDFD: int
     RS_F_REAP_ON_FAILURE: int
     RS_F_FORCE_CLONE: int
+    # enum rs_fail_status
+    RS_FAIL_STATUS_CPYTHON: int
     # enum rs_fork_state
     RS_FORK_UNAVAILABLE: int
     RS_FORK_DISABLED: int
@@ -119,7 +126,7 @@ class Lib:
         self,
         argv_blob: _Bytes, argc: int,
         exec_blob: _Bytes, nexec: int,
-        env_blob: _Bytes, nenv: int,
+        env_blob: _Bytes, nenv: int, envp: CData,
         cwd: _Bytes,
         keep_fds: _Ints, n_keep_fds: int,
         close_first: _Ints, n_close_first: int,

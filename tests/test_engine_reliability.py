@@ -28,6 +28,19 @@ def _run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[
                           text=True, timeout=timeout)
 
 
+# How a test spawns with env=None: the engine's binding (its environ copy made
+# by the C builtin, or from Python where ctypes is missing), or rdmaspawn.Popen
+# (the C fork_exec, which copies through the same C function as the builtin).
+VIAS = ["engine", "engine-without-ctypes", "popen"]
+
+
+@pytest.fixture
+def via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "engine-without-ctypes":
+        monkeypatch.setattr(_engine, "_environ_snapshot", _engine._environ_snapshot_cffi)
+    return str(request.param)
+
+
 def _child_environment(via: str = "engine") -> tuple[list[bytes], str]:
     """Spawn ``env -0`` with env=None, through the engine's binding or
     rdmaspawn.Popen (the C fork_exec); its entries and how it ended."""
@@ -48,7 +61,7 @@ def _child_environment(via: str = "engine") -> tuple[list[bytes], str]:
     return out.split(b"\0")[:-1], f"status {status:#x}"
 
 
-@pytest.mark.parametrize("via", ["engine", "popen"])
+@pytest.mark.parametrize("via", VIAS, indirect=True)
 def test_environ_changed_by_another_thread(via):
     """With env=None each child gets a private copy of the C environment,
     taken with the GIL held: a thread adding and removing os.environ keys
@@ -90,7 +103,7 @@ def test_environ_changed_by_another_thread(via):
     assert problems == [], f"{len(problems)} of 300 spawns went wrong: {problems[:5]}"
 
 
-@pytest.mark.parametrize("via", ["engine", "popen"])
+@pytest.mark.parametrize("via", VIAS, indirect=True)
 def test_environ_is_c_environ(via):
     """env=None hands the child the C environment, as CPython does, including
     a variable set with os.putenv() only (not in os.environ)."""

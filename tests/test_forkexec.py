@@ -150,3 +150,31 @@ def test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does():
             os.close(w)
     assert report == b"OSError:%x:" % 2  # ENOENT
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 255
+
+
+def test_c_fork_exec_has_the_parameters_of_fork_exec_call():
+    """csrc/python/fork_exec.c's parameter table (its enum, and the names it
+    exports) is dropin.cpython.ForkExecCall's, name for name and in order: the C
+    object reads each argument where the binding found that name in this
+    CPython's call, so a parameter named differently on one side would read
+    another argument."""
+    from rdmaspawn._native import capi as _capi
+
+    assert _capi.fork_exec_params is not None
+    assert _capi.fork_exec_params() == _cpython.ForkExecCall._fields
+
+
+def test_a_c_table_that_is_not_fork_exec_calls_is_refused(monkeypatch):
+    """Where the C names and ForkExecCall's differ, making a fork_exec fails
+    loudly instead of handing the C object misplaced positions."""
+    import pytest
+
+    from rdmaspawn._native import capi as _capi
+    from rdmaspawn.dropin import forkexec
+
+    if _cpython.current() is None or _capi.fork_exec_new is None:
+        pytest.skip("no C fork_exec on this CPython")
+    renamed = ("argv",) + _cpython.ForkExecCall._fields[1:]
+    monkeypatch.setattr(_capi, "fork_exec_params", lambda: renamed)
+    with pytest.raises(RuntimeError, match="argv"):
+        forkexec.make_fork_exec(forkexec._cpython_fork_exec())

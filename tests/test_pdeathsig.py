@@ -130,16 +130,15 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
     run = run_with_hazard("""
         import json
         from rdmaspawn._native import engine as _engine
+        from rdmaspawn._native.request import SpawnRequest
         from rdmaspawn._child.model import build
         from rdmaspawn._child.pack import packed
         out = []
         for parent in (1, os.getpid()):
             with packed(build(pdeathsig=signal.SIGTERM)) as setup:
                 setup.parent_pid = parent
-                pid, _ = _engine.spawn_flat(
-                    [b"sleep", b"0.2"], [b"/bin/sleep"], None, None, -1, -1, -1, (), [],
-                    _engine.CLOSE_FDS | _engine.REAP_ON_FAILURE, 0, -1, -1, None, None, None,
-                    255, _setup_ptr=setup)
+                request = SpawnRequest([b"sleep", b"0.2"], [b"/bin/sleep"])
+                pid, _ = _engine.spawn_packed(request, setup)
             out.append(describe(os.waitpid(pid, 0)[1]))
         print(json.dumps(out))
     """, "madvise")

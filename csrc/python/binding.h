@@ -19,6 +19,12 @@ int rs_pidfd_take(void);
 
 /* cdef-end */
 
+/* The C environment for a spawn with env=None (environ.c): its entry count,
+ * then a private copy of the array (count pointers and a NULL) into out.
+ * Both with the GIL held. */
+int rs_environ_count(void);
+void rs_environ_snapshot(char **out, int count);
+
 #ifdef Py_PYTHON_H
 /* A new reference to None. Not Py_RETURN_NONE: the 3.12.0-3.12.x headers
  * define it as a bare `return Py_None` (None is immortal there) even for
@@ -31,9 +37,13 @@ static inline PyObject *none(void)
     return Py_None;
 }
 
+/* fork_exec's parameter names, in the order rs_fork_exec_new() wants their
+ * positions: a new tuple of str. */
+PyObject *rs_fork_exec_params(void);
+
 /* A fork_exec object: the plain call converted and spawned in C, any other
- * handed to slow(self, *args); positions[i] is where the i-th parameter of
- * dropin's ForkExecCall sits in this CPython's call (-1: absent). */
+ * handed to slow(self, *args); positions[i] is where the i-th name of
+ * rs_fork_exec_params() sits in this CPython's call (-1: absent). */
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
                            PyObject *chdir_tag);
 

@@ -42,15 +42,31 @@
 #include "rdmaspawn.h"
 #include "binding.h"
 
-/* fork_exec's parameters by name, in the order of dropin's ForkExecCall
- * (3.11+'s order); the object knows where each sits in this CPython's call. */
-enum param {
-    P_ARGS, P_EXECUTABLE_LIST, P_CLOSE_FDS, P_FDS_TO_KEEP, P_CWD, P_ENV,
-    P_P2CREAD, P_P2CWRITE, P_C2PREAD, P_C2PWRITE, P_ERRREAD, P_ERRWRITE,
-    P_ERRPIPE_READ, P_ERRPIPE_WRITE, P_RESTORE_SIGNALS, P_CALL_SETSID,
-    P_PGID_TO_SET, P_GID, P_EXTRA_GROUPS, P_UID, P_CHILD_UMASK, P_PREEXEC_FN,
-    P_ALLOW_VFORK, N_PARAMS
-};
+/*
+ * fork_exec's parameters, each as (enum name, Python name). One list makes
+ * both the enum and the names rs_fork_exec_params() gives the binding, which
+ * hands rs_fork_exec_new() where each name sits in this CPython's call: the
+ * names are those of ForkExecCall (rdmaspawn/dropin/cpython.py), and
+ * tests/test_forkexec.py compares the two.
+ */
+#define FORK_EXEC_PARAMS(X) \
+    X(ARGS, args) X(EXECUTABLE_LIST, executable_list) X(CLOSE_FDS, close_fds) \
+    X(FDS_TO_KEEP, fds_to_keep) X(CWD, cwd) X(ENV, env_list) \
+    X(P2CREAD, p2cread) X(P2CWRITE, p2cwrite) X(C2PREAD, c2pread) \
+    X(C2PWRITE, c2pwrite) X(ERRREAD, errread) X(ERRWRITE, errwrite) \
+    X(ERRPIPE_READ, errpipe_read) X(ERRPIPE_WRITE, errpipe_write) \
+    X(RESTORE_SIGNALS, restore_signals) X(CALL_SETSID, call_setsid) \
+    X(PGID_TO_SET, pgid_to_set) X(GID, gid) X(EXTRA_GROUPS, extra_groups) \
+    X(UID, uid) X(CHILD_UMASK, child_umask) X(PREEXEC_FN, preexec_fn) \
+    X(ALLOW_VFORK, allow_vfork)
+
+#define AS_ENUM(id, name) P_##id,
+enum param { FORK_EXEC_PARAMS(AS_ENUM) N_PARAMS };
+#undef AS_ENUM
+
+#define AS_NAME(id, name) #name,
+static const char *const param_names[N_PARAMS] = { FORK_EXEC_PARAMS(AS_NAME) };
+#undef AS_NAME
 
 typedef struct {
     PyObject_HEAD
@@ -164,32 +180,6 @@ static Py_ssize_t plain_length(PyObject *seq)
     return -1;
 }
 
-/* The entries of the C environment. */
-static int environ_count(void)
-{
-    int n = 0;
-    if (environ)
-        while (environ[n])
-            n++;
-    return n;
-}
-
-/*
- * A private copy of the environ array, taken with the GIL held: the spawn
- * runs with the GIL released, while another thread's os.environ update may
- * reallocate and free the live array (setenv grows it with realloc, clearenv
- * frees it). The strings need no copy: glibc never frees nor rewrites a
- * string it has put in the environment (setenv keeps every one it made for
- * good; unsetenv and clearenv only drop pointers), and os.putenv is setenv.
- * Copying them cost 1.5 us per spawn for 40 variables (measured), more in a
- * job's environment of hundreds.
- */
-static void copy_environ(char **out, int count)
-{
-    memcpy(out, environ, (size_t)count * sizeof *out);
-    out[count] = NULL;
-}
-
 /*
  * Fill the request from a plain call: 1, or 0 where anything is not plain
  * (with no exception set: the Python implementation sees the call afresh).
@@ -231,7 +221,7 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
     if (argc < 0 || nexec < 0 || nenv < 0 || nkeep < 0)
         return 0;
     if (env == Py_None)
-        nenv = environ_count();
+        nenv = rs_environ_count();
 
     /* One block: the argv, exec_list and envp pointer arrays, and the kept fds. */
     size_t slots = (size_t)argc + 1 + (size_t)nexec + 1 + (size_t)nenv + 1;
@@ -257,7 +247,7 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
         return 0;
     char **envp = ptrs + argc + 1 + nexec + 1;
     if (env == Py_None)
-        copy_environ(envp, (int)nenv);
+        rs_environ_snapshot(envp, (int)nenv);   /* environ.c */
     else if (!plain_strings(env, nenv, envp, h))
         return 0;
     if (cwd != Py_None && !(r->cwd = plain_string(cwd, h)))
@@ -285,7 +275,7 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
     r->umask = umask >= 0 ? umask : -1;
     r->pgid = pgid_value >= 0 ? pgid_value : -1;
     r->want_pidfd = rs_pidfd_requested();
-    r->fail_status = 255;
+    r->fail_status = RS_FAIL_STATUS_CPYTHON;
     *errpipe_write = fds[7];
     return 1;
 }
@@ -452,6 +442,22 @@ static PyType_Spec fork_exec_spec = {
     "rdmaspawn.fork_exec", sizeof(ForkExec), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, fork_exec_slots,
 };
+
+PyObject *rs_fork_exec_params(void)
+{
+    PyObject *names = PyTuple_New(N_PARAMS);
+    if (!names)
+        return NULL;
+    for (int i = 0; i < N_PARAMS; i++) {
+        PyObject *name = PyUnicode_FromString(param_names[i]);
+        if (!name) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyTuple_SetItem(names, i, name);  /* steals the reference */
+    }
+    return names;
+}
 
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
                            PyObject *chdir_tag)

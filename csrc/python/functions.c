@@ -113,6 +113,28 @@ static PyObject *fork_exec_new(PyObject *module, PyObject *args)
     return rs_fork_exec_new(wrapped, slow, positions, chdir_tag);
 }
 
+/* environ.c's copy of the environ array, for the engine's spawn(): bytes
+ * holding the pointers and a NULL (the strings stay where glibc keeps them).
+ * Made with the GIL held, as the copy must be. */
+static PyObject *environ_snapshot(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    int n = rs_environ_count();
+    PyObject *copy = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n + 1) * (Py_ssize_t)sizeof(char *));
+    if (!copy)
+        return NULL;
+    rs_environ_snapshot((char **)PyBytes_AsString(copy), n);
+    return copy;
+}
+
+static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return rs_fork_exec_params();
+}
+
 static PyMethodDef functions[] = {
     {"request_pidfd", request_pidfd, METH_NOARGS,
      "The next spawn on this thread keeps a pidfd for the caller."},
@@ -122,6 +144,10 @@ static PyMethodDef functions[] = {
     {"take_pidfd", take_pidfd, METH_NOARGS,
      "The pidfd handed over since request_pidfd() (-1: none); ends the request."},
     {"close_fd", close_fd, METH_O, "os.close() without releasing the GIL."},
+    {"environ_snapshot", environ_snapshot, METH_NOARGS,
+     "A copy of the environ array (its pointers and a NULL) as bytes."},
+    {"fork_exec_params", fork_exec_params, METH_NOARGS,
+     "fork_exec's parameter names, in the order fork_exec_new wants positions."},
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
      "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
     {NULL, NULL, 0, NULL},

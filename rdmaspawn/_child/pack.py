@@ -15,11 +15,14 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .._rdmaspawn_cffi import ffi, lib
 from .model import ChildSetup, ioprio_value, signal_bits
 from .spawner import run_as_process
+
+if TYPE_CHECKING:
+    from .._native.request import SpawnRequest
 
 __all__ = ["ChildSetupError", "packed", "spawn_with"]
 
@@ -120,22 +123,22 @@ def _dispose(spawned: tuple[int, int]) -> None:
         os.close(pidfd)
 
 
-def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
-               argv: Any, exec_list: Any, env: Any, cwd: Any, stdin: int, stdout: int,
-               stderr: int, close_in_child: Any, pass_fds: Any, flags: int,
-               close_method: int, umask: int, pgid: int | None, groups: Any,
-               gid: int | None, uid: int | None, fail_status: int) -> tuple[int, int]:
-    """``spawn_flat`` with ``setup`` carried out in the child.
+def spawn_with(request: SpawnRequest,
+               spawn_packed: Callable[[SpawnRequest, Any], tuple[int, int]]) -> tuple[int, int]:
+    """``spawn_packed(request, setup_ptr)`` with ``request.setup`` packed and
+    carried out in the child.
 
     The setup's session, process group and umask become the request's; a
     death signal makes the spawn follow the process (see ``spawner``).
     """
+    setup = request.setup
+    assert setup is not None
     if setup.setsid or setup.ctty is not None:
-        flags |= lib.RS_F_SETSID
+        request = request._replace(flags=request.flags | lib.RS_F_SETSID)
     if setup.umask is not None:
-        umask = setup.umask
+        request = request._replace(umask=setup.umask)
     if setup.pgid is not None:
-        pgid = setup.pgid
+        request = request._replace(pgid=setup.pgid)
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
@@ -143,9 +146,7 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
         setup = dataclasses.replace(setup, signal_mask=frozenset(int(s) for s in current))
     with packed(setup) as ptr:
         def call() -> tuple[int, int]:
-            return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr,
-                              close_in_child, pass_fds, flags, close_method, umask, pgid,
-                              groups, gid, uid, fail_status, _setup_ptr=ptr)
+            return spawn_packed(request, ptr)
         try:
             if setup.pdeathsig is None:
                 return call()

@@ -5,13 +5,15 @@ variable; with several threads spawning, each release is a hand-over of the
 GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
 those cost throughput. So what Popen calls per spawn is plain builtins made
 by csrc/python/functions.c: the C ``fork_exec``, the pidfd hand-over, a
-close that keeps the GIL. They are fetched once through ctypes.PyDLL (which
-holds the GIL and passes Python objects, as cffi cannot).
+close that keeps the GIL, the copy of the environ array for ``env=None``.
+They are fetched once through ctypes.PyDLL (which holds the GIL and passes
+Python objects, as cffi cannot).
 
 Where ctypes cannot load the module (a process that dropped the privileges
 to read its own install, say), each falls back: the hand-over to the same C
 functions through cffi, ``close_fd`` to ``os.close``, and
-``fork_exec_new`` to None (dropin's fork_exec then runs in Python).
+``fork_exec_new`` to None (dropin's fork_exec then runs in Python), and
+``environ_snapshot`` to None (the engine then copies the array from Python).
 """
 from __future__ import annotations
 
@@ -22,13 +24,12 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
-           "close_fd", "fork_exec_new"]
+           "close_fd", "environ_snapshot", "fork_exec_params", "fork_exec_new"]
 
 
 @functools.cache
 def pydll() -> Any:
-    """The extension as a ctypes.PyDLL (calls hold the GIL), or None; opened once,
-    for these builtins and for the engine's environment copy."""
+    """The extension as a ctypes.PyDLL (calls hold the GIL), or None; opened once."""
     from .. import _rdmaspawn_cffi
 
     try:
@@ -70,6 +71,12 @@ hand_pidfd: Callable[[int], None] = _functions.get("hand_pidfd", lib.rs_pidfd_ha
 take_pidfd: Callable[[], int] = _functions.get("take_pidfd", lib.rs_pidfd_take)
 #: os.close() for an fd whose close cannot block (a pidfd), keeping the GIL.
 close_fd: Callable[[int], None] = _functions.get("close_fd", os.close)
+#: A copy of the C environ array (its pointers and a NULL, as bytes), taken
+#: with the GIL held (csrc/python/environ.c); None without ctypes.
+environ_snapshot: Callable[[], bytes] | None = _functions.get("environ_snapshot")
+#: The C fork_exec's parameter names, in the order fork_exec_new wants their
+#: positions (the names of dropin.cpython.ForkExecCall); None without ctypes.
+fork_exec_params: Callable[[], tuple[str, ...]] | None = _functions.get("fork_exec_params")
 #: ``fork_exec_new(wrapped, slow, positions, chdir_tag)``: csrc/python/
 #: fork_exec.c's fork_exec object; None without ctypes.
 fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] | None = \

@@ -8,31 +8,37 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from .._child import pack as _setup_pack
 from .._child.model import ChildSetup
 from .._rdmaspawn_cffi import ffi, lib
+from . import capi as _capi
+from .request import (
+    CLOSE_FDS,
+    FORCE_CLONE,
+    REAP_ON_FAILURE,
+    RESTORE_SIGNALS,
+    SETSID,
+    WANT_PIDFD,
+    SpawnRequest,
+)
+
+if TYPE_CHECKING:
+    from .._rdmaspawn_cffi import CData  # the stub's name for a cffi value
 
 __all__ = [
     "SpawnError",
     "ForkInitError",
     "ForkStatus",
     "spawn",
+    "spawn_request",
+    "spawn_packed",
+    "environ_snapshot",
     "fork_init",
     "fork_status",
 ]
-
-# The flags of spawn_flat(), for its callers (the C enum rs_flags is their
-# one definition).
-CLOSE_FDS: int = lib.RS_F_CLOSE_FDS
-RESTORE_SIGNALS: int = lib.RS_F_RESTORE_SIGNALS
-SETSID: int = lib.RS_F_SETSID
-WANT_PIDFD: int = lib.RS_F_WANT_PIDFD
-REAP_ON_FAILURE: int = lib.RS_F_REAP_ON_FAILURE
-FORCE_CLONE: int = lib.RS_F_FORCE_CLONE
 
 _CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
                   "loop": lib.RS_CLOSE_LOOP}
@@ -118,78 +124,45 @@ def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
 
 
-class _EnvironCopier:
-    """csrc/environ.c's rs_environ_copy(), called with the GIL held.
-
-    The child must see what a CPython child sees with ``env=None``: the C
-    ``environ`` (which os.putenv() changes without os.environ). But the
-    spawn runs with the GIL released, while another thread's os.environ
-    update (setenv/unsetenv) may reallocate and free that array: handing it
-    to the child gave EFAULT or heap bytes as environment. Python code only
-    changes it with the GIL held, and ctypes.PyDLL keeps the GIL for the
-    call, so the copy is consistent; the C loop costs a third of walking the
-    array from Python through cffi. One buffer per thread, grown as needed.
-    """
-
-    def __init__(self) -> None:
-        import ctypes
-
-        from .capi import pydll
-
-        dll = pydll()
-        if dll is None:
-            raise OSError("ctypes cannot load the module")
-        function = dll.rs_environ_copy
-        function.restype = ctypes.c_long
-        function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_int)]
-        self._copy = function
-        self._ctypes = ctypes
-        self._local = threading.local()
-
-    def __call__(self) -> tuple[bytes, int]:
-        ctypes, local = self._ctypes, self._local
-        count = ctypes.c_int()
-        buf = getattr(local, "buf", None)
-        cap = 0 if buf is None else len(buf)
-        while True:
-            need = self._copy(buf, cap, ctypes.byref(count))
-            if need <= cap:
-                return ctypes.string_at(buf, need) + b"\0", count.value
-            cap = need * 2
-            buf = local.buf = ctypes.create_string_buffer(cap)
-
-
-def _environ_blob_cffi() -> tuple[bytes, int]:
-    """The same copy walked from Python, where ctypes cannot be loaded (a
-    process that dropped the privileges to read its own install, say).
-    Reading a cffi global and indexing it never releases the GIL."""
+def _environ_snapshot_cffi() -> Any:
+    """csrc/python/environ.c's copy of the environ array, made from Python where
+    ctypes cannot load the module (a Python built without _ctypes): the same
+    policy (the array, not the strings; environ.c says why), with the GIL
+    held throughout, as reading a cffi global, indexing it and ffi.memmove
+    never release it."""
     env = lib.environ
     if env == ffi.NULL:  # after clearenv()
-        return b"\0", 0
-    entries: list[bytes] = []
-    append, string = entries.append, ffi.string   # the hot loop, as locals
-    i = 0
-    entry = env[0]
-    while entry:  # a NULL pointer is false
-        append(string(entry))
-        i += 1
-        entry = env[i]
-    return b"\0".join(entries) + b"\0", i
+        return ffi.new("char *[]", 1)
+    n = 0
+    while env[n]:  # a NULL pointer is false
+        n += 1
+    copy = ffi.new("char *[]", n + 1)
+    ffi.memmove(copy, env, n * ffi.sizeof("char *"))
+    return copy
 
 
-_environ_copy: Callable[[], tuple[bytes, int]] | None = None
+def _snapshot_from_builtin() -> Callable[[], Any]:
+    """The C copy (csrc/python/environ.c, through the builtin that keeps the
+    GIL), else the same copy made from Python."""
+    builtin = _capi.environ_snapshot
+    if builtin is None:
+        return _environ_snapshot_cffi
+    from_buffer = ffi.from_buffer
+
+    def snapshot() -> Any:
+        return from_buffer("char *[]", builtin())
+
+    return snapshot
 
 
-def _environ_blob() -> tuple[bytes, int]:
-    """A private copy of the C environment, as a blob and its count (see
-    :class:`_EnvironCopier`)."""
-    global _environ_copy
-    if _environ_copy is None:
-        try:
-            _environ_copy = _EnvironCopier()
-        except (ImportError, OSError, AttributeError):
-            _environ_copy = _environ_blob_cffi
-    return _environ_copy()
+_environ_snapshot = _snapshot_from_builtin()
+
+
+def environ_snapshot() -> Any:
+    """A private copy of the environ array for a spawn with env=None, taken
+    with the GIL held: the NULL-terminated array, as rs_spawn_packed's envp
+    (see csrc/python/environ.c)."""
+    return _environ_snapshot()
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -246,7 +219,7 @@ def spawn(
     uid: int | None = None,
     want_pidfd: bool = False,
     reap_on_failure: bool = True,
-    fail_status: int = 255,
+    fail_status: int = lib.RS_FAIL_STATUS_CPYTHON,
     close_method: str = "auto",
     force_clone: bool = False,
     setup: ChildSetup | None = None,
@@ -270,30 +243,32 @@ def spawn(
     flags = ((close_fds and CLOSE_FDS) | (restore_signals and RESTORE_SIGNALS)
              | (setsid and SETSID) | (want_pidfd and WANT_PIDFD)
              | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
-    return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child,
-                      fds, flags, _CLOSE_METHODS[close_method], umask, pgid, groups,
-                      gid, uid, fail_status, setup)
+    return spawn_request(SpawnRequest(
+        argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child, fds, flags,
+        _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
-def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
-               env: Sequence[object] | None, cwd: object, stdin: int, stdout: int,
-               stderr: int, close_in_child: Sequence[int], pass_fds: Sequence[int],
-               flags: int, close_method: int, umask: int, pgid: int | None,
-               groups: Sequence[int] | None, gid: int | None, uid: int | None,
-               fail_status: int, setup: ChildSetup | None = None,
-               _setup_ptr: Any = None) -> tuple[int, int]:
-    """:func:`spawn` with positional arguments, the flags already combined
-    (``CLOSE_FDS | RESTORE_SIGNALS | ...``) and ``pass_fds`` already checked:
-    ascending, unique, non-negative ints. The hot path of ``fork_exec``, whose
-    caller (CPython's ``_execute_child``) hands it exactly that."""
-    if setup is not None:
-        return _setup_pack.spawn_with(
-            setup, _spawn_flat, argv, exec_list, env, cwd, stdin, stdout, stderr,
-            close_in_child, pass_fds, flags, close_method, umask, pgid, groups, gid, uid,
-            fail_status)
+def spawn_request(request: SpawnRequest) -> tuple[int, int]:
+    """Start the child ``request`` describes; as :func:`spawn`. A request with
+    declarative setup goes through :mod:`rdmaspawn._child.pack`, which packs
+    the setup and calls :func:`spawn_packed` with it."""
+    if request.setup is not None:
+        return _setup_pack.spawn_with(request, spawn_packed)
+    return spawn_packed(request, ffi.NULL)
+
+
+def spawn_packed(request: SpawnRequest, setup_ptr: Any) -> tuple[int, int]:
+    """The one call of ``rs_spawn_packed()``: ``request`` as its flat
+    arguments, ``setup_ptr`` the packed ``struct rs_setup *`` (or NULL)."""
+    (argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child, pass_fds, flags,
+     close_method, umask, pgid, groups, gid, uid, fail_status, _) = request
     argv_blob, argc = _blob(argv)
     exec_blob, nexec = _blob(exec_list)
-    env_blob, nenv = _blob(env) if env is not None else _environ_blob()
+    env_blob: bytes | CData
+    if env is None:
+        env_blob, nenv, envp = ffi.NULL, -1, environ_snapshot()  # nenv < 0: envp
+    else:
+        (env_blob, nenv), envp = _blob(env), ffi.NULL
     fds = list(pass_fds)
     closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
     gids = [_id(g, "group") for g in groups] if groups is not None else []
@@ -301,7 +276,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
     # One call; cffi passes bytes and lists as pointers valid for its length,
     # and releases the GIL for the whole spawn.
     lib.rs_spawn_packed(
-        argv_blob, argc, exec_blob, nexec, env_blob, nenv,
+        argv_blob, argc, exec_blob, nexec, env_blob, nenv, envp,
         _fsencode(cwd) if cwd is not None else ffi.NULL,
         fds or ffi.NULL, len(fds), closing or ffi.NULL, len(closing),
         _fd(stdin, "stdin"), _fd(stdout, "stdout"), _fd(stderr, "stderr"),
@@ -310,7 +285,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
         gids or ffi.NULL, len(gids) if groups is not None else -1,
         _id(gid, "gid") if gid is not None else -1,
         _id(uid, "uid") if uid is not None else -1,
-        fail_status, res, ffi.NULL if _setup_ptr is None else _setup_ptr)
+        fail_status, res, setup_ptr)
     if res.err:
         step = ffi.string(lib.rs_step_name(res.step)).decode()
         pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
@@ -323,12 +298,9 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
     return res.pid, res.pidfd
 
 
-_spawn_flat = spawn_flat  # the setup path's way back in, whatever replaces the name
-
-
 def spawn_count() -> int:
     """How many spawns this process has asked the engine for, by any path
-    (the C fork_exec, spawn_flat, ...): what tests count routing with."""
+    (the C fork_exec, spawn_request, ...): what tests count routing with."""
     return int(lib.rs_spawn_count())
 
 

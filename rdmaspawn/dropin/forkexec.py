@@ -18,13 +18,12 @@ from .._child.pack import ChildSetupError
 from .._host.procfs import has_dontfork
 from .._native import capi as _capi
 from .._native import engine as _engine
+from .._native import request as _request
 from . import arguments
 from . import cpython as _cpython
 from . import wrapping as _wrapping
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
-
-_CLOSE_AUTO = 0  # rs_close_method: close_range, else /proc, else a loop
 
 # What to use instead of a preexec_fn, one line each (PreexecFnError's message).
 _REPLACEMENTS = (
@@ -118,20 +117,20 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     # The error pipe stays with the parent: the engine's child reports
     # through shared memory and this function writes the pipe itself.
     keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
-    flags = ((call.close_fds and _engine.CLOSE_FDS)
-             | (call.restore_signals and _engine.RESTORE_SIGNALS)
-             | (call.call_setsid and _engine.SETSID))
+    flags = ((call.close_fds and _request.CLOSE_FDS)
+             | (call.restore_signals and _request.RESTORE_SIGNALS)
+             | (call.call_setsid and _request.SETSID))
     want_pidfd = _childsetup.pidfd_requested()
     if want_pidfd:
-        flags |= _engine.WANT_PIDFD
+        flags |= _request.WANT_PIDFD
     try:
         groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
         gid = arguments.convert_id(call.gid, "gid")
         uid = arguments.convert_id(call.uid, "uid")
-        pid, pidfd = _engine.spawn_flat(
+        pid, pidfd = _engine.spawn_request(_request.SpawnRequest(
             call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
             errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
-            _CLOSE_AUTO, umask, pgid, groups, gid, uid, 255, setup)
+            umask=umask, pgid=pgid, groups=groups, gid=gid, uid=uid, setup=setup))
     except ChildSetupError as err:
         # Raised here, as a failed fork() is: the caller closes the pipes.
         if err.pid is not None:
@@ -171,12 +170,17 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
     does it all (and raises UnsupportedPython when called on an unknown one).
     """
     internals = _cpython.current()
-    if internals is not None:
+    if internals is not None and _capi.fork_exec_new is not None:
+        assert _capi.fork_exec_params is not None  # the same builtins' table
+        names = _capi.fork_exec_params()
+        if sorted(names) != sorted(_cpython.ForkExecCall._fields):
+            # Cannot happen in a consistent build (tests/test_forkexec.py).
+            raise RuntimeError(f"csrc/python/fork_exec.c's parameters {names} are not "
+                               f"ForkExecCall's {_cpython.ForkExecCall._fields}")
         positions = tuple(internals.params.index(name) if name in internals.params else -1
-                          for name in _cpython.ForkExecCall._fields)
-        if _capi.fork_exec_new is not None:
-            return _capi.fork_exec_new(fallback, _fork_exec_python, positions,
-                                       internals.chdir_tag)
+                          for name in names)
+        return _capi.fork_exec_new(fallback, _fork_exec_python, positions,
+                                   internals.chdir_tag)
 
     def fork_exec(*args: Any) -> int:
         return _fork_exec_python(fork_exec, *args)
