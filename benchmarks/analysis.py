@@ -12,6 +12,8 @@ thin (floor)                      rdmaspawn.Popen median / the C floor's      <=
 latency vs subprocess             rdmaspawn.Popen median / subprocess.Popen's <= 1.05
 throughput vs subprocess (N thr)  rdmaspawn.Popen spawns/s / subprocess's,    >= 0.95
                                   N = 2 and 4 threads spawning at once
+CPU vs subprocess                 rdmaspawn.Popen's parent CPU per spawn /    <= 1.05
+                                  subprocess.Popen's
 parallel                          rdmaspawn.Popen spawns/s, 2 threads / 1     >= 1.6
 ================================  ==========================================  =========
 
@@ -33,6 +35,7 @@ THIN_FLOOR_MAX = 1.10  # rdmaspawn.Popen latency / the C floor's
 NOISE_ALLOWANCE = 0.05  # what "1.0 within noise" allows, side by side in one run
 LATENCY_VS_DEFAULT_MAX = 1.0 + NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen latency
 THROUGHPUT_VS_DEFAULT_MIN = 1.0 - NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen spawns/s
+CPU_VS_DEFAULT_MAX = 1.0 + NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen CPU per spawn
 THROUGHPUT_THREADS = (2, 4)  # thread counts the throughput comparison is made at
 PARALLEL_MIN = 1.6  # rdmaspawn.Popen spawns/s with 2 threads / with 1
 MIN_ROUNDS_FOR_SPREAD = 4  # rounds below which a round-by-round spread says nothing
@@ -94,17 +97,20 @@ def round_ratio_spread(a: list[float], b: list[float]) -> list[float] | None:
     return None if p25 is None or p75 is None else [round(p25, 4), round(p75, 4)]
 
 
-def _side_by_side(report: Report, mem: float, threads: int, latency: bool
+def _side_by_side(report: Report, mem: float, threads: int, what: str
                   ) -> tuple[float | None, list[float] | None]:
-    """rdmaspawn.Popen over subprocess.Popen in one configuration: (ratio of the medians
-    or of the throughputs, its round-by-round spread)."""
+    """rdmaspawn.Popen over subprocess.Popen in one configuration: (ratio of the medians,
+    the throughputs or the CPU per spawn, as ``what`` says; its round-by-round spread)."""
     rd = report.figures(mem, threads, RDMASPAWN)
     df = report.figures(mem, threads, DEFAULT_PATH)
     if rd is None or df is None:
         return None, None
-    if latency:
+    if what == "latency":
         return (ratio(rd.median_us, df.median_us),
                 round_ratio_spread(rd.batch_median_us, df.batch_median_us))
+    if what == "cpu":
+        return (ratio(rd.cpu_per_spawn_us, df.cpu_per_spawn_us),
+                round_ratio_spread(rd.batch_cpu_per_spawn_us, df.batch_cpu_per_spawn_us))
     return (ratio(rd.throughput_per_s, df.throughput_per_s),
             round_ratio_spread(rd.batch_throughput_per_s, df.batch_throughput_per_s))
 
@@ -143,7 +149,7 @@ def targets(report: Report) -> list[Target]:
     out.append(_target("thin (floor)", "rdmaspawn.Popen(...).wait() / C posix_spawn floor",
                        ratio(rd, _median(report, lo, lat_threads, FLOOR)), "<=", THIN_FLOOR_MAX,
                        where))
-    fig, spread = _side_by_side(report, lo, lat_threads, latency=True)
+    fig, spread = _side_by_side(report, lo, lat_threads, "latency")
     out.append(_target(
         "latency vs subprocess",
         "rdmaspawn.Popen(...).wait() / subprocess.Popen(...).wait(), CPython's default path",
@@ -154,13 +160,21 @@ def targets(report: Report) -> list[Target]:
         fig, spread = None, None
         note = f"not measured: needs --threads with {n}"
         if n in threads:
-            fig, spread = _side_by_side(report, lo, n, latency=False)
+            fig, spread = _side_by_side(report, lo, n, "throughput")
             note = (f"spawns/s at {fmt_gib(lo)}, {n} threads at once; 1.0 wanted, "
                     f"{NOISE_ALLOWANCE:g} allowed for noise")
         out.append(_target(
             f"throughput vs subprocess ({n} threads)",
             f"rdmaspawn.Popen spawns/s / subprocess.Popen spawns/s, {n} threads spawning",
             fig, ">=", THROUGHPUT_VS_DEFAULT_MIN, note, spread))
+
+    fig, spread = _side_by_side(report, lo, lat_threads, "cpu")
+    out.append(_target(
+        "CPU vs subprocess",
+        "rdmaspawn.Popen's CPU per spawn / subprocess.Popen's, the spawning process's",
+        fig, "<=", CPU_VS_DEFAULT_MAX,
+        f"CPU per spawn (RUSAGE_SELF) at {fmt_gib(lo)}, {lat_threads} thread(s); 1.0 wanted, "
+        f"{NOISE_ALLOWANCE:g} allowed for noise", spread))
 
     fig = None
     note = "not measured: needs --threads with 1 and 2"

@@ -115,6 +115,7 @@ class Tally:
     lat_ns: list[int] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)  # spawns/s of each batch
     batch_medians_us: list[float] = field(default_factory=list)  # median latency of each batch
+    batch_cpu_us: list[float] = field(default_factory=list)  # CPU per spawn of each batch
     wall_ns: int = 0
     cpu_ns: int = 0
     spent_s: float = 0.0
@@ -135,6 +136,7 @@ class Tally:
             median_ns = quantile(sorted(b.lat_ns), 0.5)
             if median_ns is not None:
                 self.batch_medians_us.append(median_ns / 1000)
+            self.batch_cpu_us.append(b.cpu_ns / 1000 / len(b.lat_ns))
             # Per-thread seconds per spawn, from the batch's wall time.
             self.est_s = max(b.wall_ns / 1e9 / per_thread, 1e-6)
 
@@ -158,6 +160,7 @@ def summarize(t: Tally, in_process: bool) -> Figures:
         throughput_per_s=quantile(sorted(t.rates), 0.5),
         batch_median_us=[round(x, 3) for x in t.batch_medians_us],
         batch_throughput_per_s=[round(x, 1) for x in t.rates],
+        batch_cpu_per_spawn_us=[round(x, 3) for x in t.batch_cpu_us],
         throughput_overall_per_s=n / (t.wall_ns / 1e9) if t.wall_ns else None,
         cpu_per_spawn_us=(t.cpu_ns / 1000) / n if n else None,
         cpu_measured_in="parent (RUSAGE_SELF)" if in_process

@@ -6,8 +6,10 @@ back with ``--from-json``.  Figures that could not be measured are ``None``
 (``null`` in JSON), never NaN.
 
 Schema history: ``rdmaspawn-bench/1`` wrote the same keys from dicts;
-``rdmaspawn-bench/2`` adds the throughput-against-CPython targets.  Both are
-read; a /1 file's targets are recomputed from its figures on loading.
+``rdmaspawn-bench/2`` adds the throughput-against-CPython targets;
+``rdmaspawn-bench/3`` the CPU-per-spawn-against-CPython target and each batch's
+CPU per spawn.  All are read; an older file's targets are recomputed from its
+figures (see cli.py).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-SCHEMA = "rdmaspawn-bench/2"
-READABLE_SCHEMAS = ("rdmaspawn-bench/1", SCHEMA)
+SCHEMA = "rdmaspawn-bench/3"
+READABLE_SCHEMAS = ("rdmaspawn-bench/1", "rdmaspawn-bench/2", SCHEMA)
 
 FLOOR = "floor"  # the C posix_spawn loop, in its own process
 DEFAULT_PATH = "subprocess"  # CPython's subprocess.Popen, default path
@@ -56,6 +58,7 @@ class Figures:
     # so their ratios show how much two spawners' figures move together.
     batch_median_us: list[float] = field(default_factory=list)
     batch_throughput_per_s: list[float] = field(default_factory=list)
+    batch_cpu_per_spawn_us: list[float] = field(default_factory=list)  # empty before /3
     cpu_per_spawn_us: float | None = None
     cpu_measured_in: str = ""
     ratio_to_floor: float | None = None  # median / the C floor's median

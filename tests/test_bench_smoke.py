@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from rdmaspawn.bench.analysis import MIN_ROUNDS_FOR_SPREAD, fmt_figure, round_ratio_spread
-from rdmaspawn.bench.model import Target
+from rdmaspawn.bench.model import SCHEMA, Target
 from rdmaspawn.bench.numbers import fmt_us
 from rdmaspawn.bench.outdir import DEFAULT_PREFIX, default_out_dir
 from rdmaspawn.bench.readme import BEGIN, END, MICRO
@@ -34,6 +34,7 @@ HOT_PATH_TARGETS = [
     "latency vs subprocess",
     "throughput vs subprocess (2 threads)",
     "throughput vs subprocess (4 threads)",
+    "CPU vs subprocess",
 ]
 # Far beyond any machine's memory: the benchmark must skip it and say so.
 TOO_BIG_GIB = 1 << 20
@@ -78,7 +79,7 @@ def test_every_spawner_has_figures(run: tuple[subprocess.CompletedProcess[str], 
     progress goes to stderr, and the plot is written when matplotlib is there."""
     r, out = run
     report = load(out / "spawn_latency.json")
-    assert report["schema"] == "rdmaspawn-bench/2"
+    assert report["schema"] == SCHEMA
     for key in ("cpu_model", "cores_online", "mem_total_gib", "kernel", "glibc", "python",
                 "rdmaspawn_version", "timestamp"):
         assert report["machine"][key], key
@@ -99,11 +100,13 @@ def test_every_spawner_has_figures(run: tuple[subprocess.CompletedProcess[str], 
             assert 0 < fig["p10_us"] <= fig["median_us"] <= fig["p90_us"], (sid, fig)
             assert fig["throughput_per_s"] > 0, (sid, fig)
             assert fig["cpu_per_spawn_us"] >= 0, (sid, fig)
+            assert len(fig["batch_cpu_per_spawn_us"]) == fig["batches"], (sid, fig)
 
     targets = {t["name"]: t for t in report["targets"]}
     assert set(HOT_PATH_TARGETS) <= set(targets)
     # Measured at 1 and 2 threads: the 4-thread comparison says it was not measured.
     assert isinstance(targets["throughput vs subprocess (2 threads)"]["figure"], float)
+    assert isinstance(targets["CPU vs subprocess"]["figure"], float)
     assert targets["throughput vs subprocess (4 threads)"]["met"] is None
     assert "not measured" in targets["throughput vs subprocess (4 threads)"]["note"]
     assert "Targets" in r.stdout and "latency vs subprocess" in r.stdout
@@ -273,22 +276,32 @@ def test_readme_without_markers_is_refused_untouched(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["README.md"]  # no output folder either
 
 
+@pytest.mark.parametrize("schema", ["rdmaspawn-bench/1", "rdmaspawn-bench/2"])
 def test_an_older_record_is_rendered_with_this_versions_targets(
-    run: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path,
+    run: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path, schema: str,
 ) -> None:
-    """A rdmaspawn-bench/1 record (no hot-path targets) is read, its targets
-    recomputed from its figures, and written back as /2 with --json."""
+    """An older record (without the hot-path targets, or the CPU one, and without
+    batch CPU figures) is read, its targets recomputed from its figures, and
+    written back in this version's schema with --json."""
     _, out = run
     report = load(out / "spawn_latency.json")
-    report["schema"] = "rdmaspawn-bench/1"
+    report["schema"] = schema
     report["targets"] = [t for t in report["targets"] if t["name"] not in HOT_PATH_TARGETS]
+    for config in report["results"]:
+        for fig in config["spawners"].values():
+            del fig["batch_cpu_per_spawn_us"]
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text(json.dumps(report))
     r = bench("--from-json", str(old), "--json", str(new))
     assert r.returncode == 0, r.stdout + r.stderr
     upgraded = load(new)
-    assert upgraded["schema"] == "rdmaspawn-bench/2"
+    assert upgraded["schema"] == SCHEMA
     assert set(HOT_PATH_TARGETS) <= {t["name"] for t in upgraded["targets"]}
+    cpu = next(t for t in upgraded["targets"] if t["name"] == "CPU vs subprocess")
+    assert isinstance(cpu["figure"], float) and cpu["round_ratio_p25_p75"] is None
+    for config in upgraded["results"]:
+        for fig in config["spawners"].values():
+            assert fig.pop("batch_cpu_per_spawn_us") == []
     assert upgraded["results"] == report["results"]
 
 
