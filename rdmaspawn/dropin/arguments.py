@@ -112,7 +112,7 @@ def posix_spawn_args(path: Any, argv: Any, env: Any, fds: tuple[int, ...],
     # Each file action is parsed (PyArg_ParseTuple "i") then added; glibc's
     # posix_spawn_file_actions_add*() refuses an fd outside [0, the fd
     # limit) with EBADF there, before any child: an OSError with no filename.
-    limit = os.sysconf("SC_OPEN_MAX")
+    limit = os.sysconf("SC_OPEN_MAX") if fds else 0  # a system call: only when needed
     for fd in fds:
         if not 0 <= _cpython.c_int(fd, "format_i") < limit:
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))

@@ -18,18 +18,29 @@ from typing import Any
 
 from .._child import recognize as _childsetup
 from .._native import engine as _engine
+from .._native import request as _request
 from . import arguments
 from . import cpython as _cpython
 
 __all__ = ["posix_spawn_method"]
 
 _SIGNATURE = inspect.signature(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+_PARAMS = tuple(_SIGNATURE.parameters)
+
+
+def _arguments(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by name. _execute_child passes every one positionally:
+    zipped with the names at once; Signature.bind, which costs more than the rest
+    of this method, checks any other call."""
+    if not kwargs and len(args) == len(_PARAMS) - 1:
+        return dict(zip(_PARAMS, (self, *args)))
+    return dict(_SIGNATURE.bind(self, *args, **kwargs).arguments)
 
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
     internals = _cpython.require()
-    a = _SIGNATURE.bind(self, *args, **kwargs).arguments
+    a = _arguments(self, args, kwargs)
     env: Mapping[Any, Any] | None = a["env"]
     if env is None and internals.posix_spawn_environ:
         env = os.environ
@@ -40,14 +51,13 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
                                           internals.posix_spawn_str_nul)
     want_pidfd = _childsetup.pidfd_requested()
+    flags = ((a.get("close_fds", False) and _request.CLOSE_FDS)
+             | (a["restore_signals"] and _request.RESTORE_SIGNALS)
+             | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
     try:
-        pid, pidfd = _engine.spawn(
-            a["args"], [executable], env=env_list,
-            stdin=a["p2cread"], stdout=a["c2pwrite"], stderr=a["errwrite"],
-            close_in_child=(a["p2cwrite"], a["c2pread"], a["errread"]),
-            close_fds=bool(a.get("close_fds", False)),
-            restore_signals=a["restore_signals"], want_pidfd=want_pidfd,
-        )
+        pid, pidfd = _engine.spawn_request(_request.SpawnRequest(
+            a["args"], [executable], env_list, None, a["p2cread"], a["c2pwrite"],
+            a["errwrite"], (a["p2cwrite"], a["c2pread"], a["errread"]), (), flags))
     except _engine.SpawnError as err:
         # posix_spawn() reports every failure as an error on its path.
         raise OSError(err.errno, os.strerror(err.errno), executable) from None
