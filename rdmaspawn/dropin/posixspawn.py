@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from .._child import recognize as _childsetup
+from .._native import capi as _capi
 from .._native import engine as _engine
 from . import arguments
 from . import cpython as _cpython
@@ -39,7 +39,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
                               a["c2pwrite"], a["errwrite"]) if fd != -1)
     env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
                                           internals.posix_spawn_str_nul)
-    want_pidfd = _childsetup.pidfd_requested()
+    want_pidfd = _capi.pidfd_requested()
     try:
         pid, pidfd = _engine.spawn(
             a["args"], [executable], env=env_list,
@@ -52,7 +52,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
         # posix_spawn() reports every failure as an error on its path.
         raise OSError(err.errno, os.strerror(err.errno), executable) from None
     if want_pidfd:
-        _childsetup.hand_pidfd(pidfd)
+        _capi.hand_pidfd(pidfd)
     self.pid = pid
     self._child_created = True
     self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],
