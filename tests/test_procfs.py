@@ -9,7 +9,8 @@ import sys
 import textwrap
 
 import pytest
-from hazard_helpers import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
+from helpers.child import python_argv
+from helpers.hazard import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
 
 from rdmaspawn._host import procfs
 
@@ -18,14 +19,8 @@ from rdmaspawn._host import procfs
 # a file whose name contains " dc ", and prints what it did.
 _PLANT = textwrap.dedent("""
     import ctypes, json, mmap, os, sys, tempfile, time
-    from rdmaspawn._host import procfs
+    from helpers.libc import MADV_DONTFORK, libc
     n, dc = %(n)d, %(dc)d
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     page = mmap.PAGESIZE
     base = libc.mmap(None, 2 * n * page, 3, 0x22, -1, 0)
     for i in range(n):
@@ -38,7 +33,7 @@ _PLANT = textwrap.dedent("""
     keep = mmap.mmap(fd, page, prot=mmap.PROT_READ)
     target = base + 2 * dc * page + page if dc >= 0 else 0
     if dc >= 0:
-        assert libc.madvise(target, page, 10) == 0, ctypes.get_errno()
+        assert libc.madvise(target, page, MADV_DONTFORK) == 0, ctypes.get_errno()
     print(json.dumps({"pid": os.getpid(), "target": target, "page": page}), flush=True)
     sys.stdin.readline()
 """)
@@ -47,7 +42,7 @@ _PLANT = textwrap.dedent("""
 class Child:
     def __init__(self, n: int = 10, dc: int = -1) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _PLANT % {"n": n, "dc": dc}],
+            python_argv(_PLANT % {"n": n, "dc": dc}),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
