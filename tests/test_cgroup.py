@@ -7,7 +7,6 @@ one mounted for the test (umounted after); skipped without them.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -15,9 +14,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hazard_helpers import run_with_hazard
+from helpers.child import last_json
+from helpers.hazard import run_with_hazard
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_probe.py")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 
 
 def _cgroup2_mount() -> str | None:
@@ -84,8 +84,7 @@ def test_child_starts_in_the_cgroup(cgroup: tuple[str, str]) -> None:
     results = {}
     for method in (None, "madvise"):
         run = run_with_hazard(code, method)
-        assert run.returncode == 0, run.stderr
-        results.update(json.loads(run.stdout.splitlines()[-1]))
+        results.update(last_json(run))
     assert results.pop("plain") != [name]
     assert results == {key: [name] for key in
                        ("stock", "keyword", "patched", "clone fallback")}

@@ -15,7 +15,7 @@ import sys
 import threading
 
 import pytest
-from probe_helpers import probe_path, run_probe
+from helpers.probe import probe_path, run_probe
 
 import rdmaspawn
 

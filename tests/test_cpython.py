@@ -21,6 +21,13 @@ def test_this_cpython_is_known_and_matches():
     assert getattr(sys.modules[module], attr) is not None
 
 
+def test_get_handles_cleanup_is_this_cpythons():
+    """The table says whether Popen._get_handles closes its pipes on a failure;
+    CPython's code for that is the _on_error_fd_closer it added with it."""
+    assert (_cpython.require().get_handles_cleans_up
+            == hasattr(subprocess.Popen, "_on_error_fd_closer"))
+
+
 def test_unknown_version_is_refused_by_name():
     with pytest.raises(_cpython.UnsupportedPython, match=r"CPython 3\.99"):
         _cpython._check((3, 99))

@@ -1,6 +1,6 @@
 """The child's declarative setup, checked from inside real children.
 
-Each case is read back by tests/setup_probe.py (run as the child) and must be
+Each case is read back by tests/children/setup_probe.py (run as the child) and must be
 the same three ways:
 
 - rdmaspawn.Popen's keyword argument, with the real DONTFORK hazard planted;
@@ -24,9 +24,10 @@ import sys
 import textwrap
 
 import pytest
-from hazard_helpers import run_with_hazard
+from helpers.child import last_json
+from helpers.hazard import run_with_hazard
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_probe.py")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 
 # name: (Popen keywords, preexec helper, recognised stdlib preexec_fn, what differs)
 CASES = """
@@ -98,8 +99,7 @@ print(json.dumps(result))
 def _states(mode: str, method: str | None) -> dict:
     code = _SNIPPET.replace("@PROBE@", repr(PROBE)).replace("@MODE@", repr(mode))
     run = run_with_hazard(code, method, timeout=120)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
+    return last_json(run)
 
 
 @pytest.fixture(scope="module")
@@ -198,8 +198,7 @@ def test_setup_failure_is_an_oserror_naming_the_step() -> None:
         out["fds"] = sorted(os.listdir("/proc/self/fd")) == before
         print(json.dumps(out))
     """, "madvise")
-    assert run.returncode == 0, run.stderr
-    out = json.loads(run.stdout.splitlines()[-1])
+    out = last_json(run)
     import errno
     for how in ("keywords", "patched"):
         err, step, is_subprocess_error, text = out[how]
@@ -266,6 +265,5 @@ def test_guard_lets_recognised_values_through() -> None:
             out[order] = [rc, refused is not None]
         print(json.dumps(out))
     """, "madvise")
-    assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout.splitlines()[-1]) == {"guard-first": [0, True],
+    assert last_json(run) == {"guard-first": [0, True],
                                                        "patch-first": [0, True]}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from hazard_helpers import require_verbs, verbs_file
+from helpers.hazard import require_verbs, verbs_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The console script pip installed beside this interpreter.

@@ -3,7 +3,7 @@
 Hypothesis draws requests, bad and edge values included (negative fds,
 2**31, 2**32-1, 2**32, 2**63, NUL, "", "=", non-UTF-8, closed fds, fds 0-2
 closed in the parent, huge lists), for ``Popen`` and for ``os.spawnv*``.
-A child interpreter (tests/differential_worker.py) runs each one through
+A child interpreter (tests/children/differential_worker.py) runs each one through
 CPython and through rdmaspawn and reports both outcomes: the exception's
 type, errno, filename and message, or the exit status and output. They must
 be equal, and rdmaspawn must leave no fd and no child behind.
@@ -113,7 +113,7 @@ class _Worker:
         self._results, from_worker = os.pipe()
         code = ("import runpy, sys; sys.argv[0] = {!r}; "
                 "runpy.run_path(sys.argv[0], run_name='__main__')").format(
-                    os.path.join(os.path.dirname(__file__), "differential_worker.py"))
+                    os.path.join(os.path.dirname(__file__), "children", "differential_worker.py"))
         self.proc = subprocess.Popen(
             python_command(code, str(to_worker), str(from_worker)),
             pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL,

@@ -13,7 +13,7 @@ import textwrap
 from typing import Any
 
 import pytest
-from hazard_helpers import DROP_CAPS, Holder, require_verbs, shm_file, verbs_file
+from helpers.hazard import DROP_CAPS, Holder, require_verbs, shm_file, verbs_file
 
 from rdmaspawn.tools.doctor import doctor, scan_node
 from rdmaspawn.tools.doctor.protection import VerbsFacts, judge_protection

@@ -16,15 +16,15 @@ import textwrap
 import threading
 
 import pytest
+from helpers.child import python_argv
 
-from rdmaspawn._host.interpreter import python_command
 from rdmaspawn._native import engine as _engine
 
 ENV = "/usr/bin/env"
 
 
 def _run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(python_command(textwrap.dedent(code)), capture_output=True,
+    return subprocess.run(python_argv(textwrap.dedent(code)), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -229,15 +229,9 @@ def test_forked_copy_reports_stay_apart():
 
 
 _PRESSURE = """
-import ctypes, json, mmap, os, resource, threading
+import json, mmap, os, resource, threading
 from rdmaspawn._native import engine as _engine
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_long]
-libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-PAGE = mmap.PAGESIZE
+from helpers.libc import PAGE, libc
 
 def squeeze(how):
     if how == "as":

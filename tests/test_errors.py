@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 import pytest
-from process_state import children, open_fds
+from helpers.child import python_argv
+from helpers.process_state import children, open_fds
 
 import rdmaspawn
-from rdmaspawn._host.interpreter import python_command
 
 ROOT = os.geteuid() == 0
 
@@ -275,7 +275,7 @@ def test_closed_stdout_with_stdout_0_stderr_1_is_ebadf():
     OSError(EBADF), and no child left behind."""
     code = r"""
 import os, subprocess, rdmaspawn
-from process_state import children
+from helpers.process_state import children
 report = os.dup(2)
 os.close(1)
 kids = children()
@@ -286,8 +286,7 @@ except OSError as e:
     out = (type(e).__name__, e.errno)
 os.write(report, repr([out, children() == kids]).encode())
 """
-    prelude = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-    res = subprocess.run(python_command(prelude + code), stdin=subprocess.DEVNULL,
+    res = subprocess.run(python_argv(code), stdin=subprocess.DEVNULL,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert eval(res.stderr) == [("OSError", 9), True]

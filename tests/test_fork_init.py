@@ -4,21 +4,14 @@ Each test runs in a fresh interpreter: ibv_fork_init() cannot be undone.
 """
 from __future__ import annotations
 
-import json
-
-from hazard_helpers import require_verbs, run_with_hazard
-
-
-def _run(code: str, env=None) -> dict:
-    res = run_with_hazard(code, None, env=env)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout.strip().splitlines()[-1])
+from helpers.child import run_json
+from helpers.hazard import require_verbs
 
 
 def test_status_then_init_is_idempotent():
     """disabled -> enabled, and calling fork_init() again changes nothing."""
     require_verbs()
-    out = _run("""
+    out = run_json("""
         import json, rdmaspawn
         before = rdmaspawn.fork_status()
         first = rdmaspawn.fork_init()
@@ -35,7 +28,7 @@ def test_status_then_init_is_idempotent():
 def test_same_instance_as_the_process_loaded():
     """A libibverbs that someone else loaded and initialised is the one asked."""
     require_verbs()
-    out = _run("""
+    out = run_json("""
         import ctypes, json, rdmaspawn
         verbs = ctypes.CDLL("libibverbs.so.1")
         assert verbs.ibv_fork_init() == 0
@@ -47,7 +40,7 @@ def test_same_instance_as_the_process_loaded():
 def test_registered_before_init_is_a_clear_error():
     """Memory marked before fork_init(): EINVAL, explained, status unchanged."""
     require_verbs()
-    out = _run("""
+    out = run_json("""
         import ctypes, errno, json, mmap, rdmaspawn
         verbs = ctypes.CDLL("libibverbs.so.1")
         buf = mmap.mmap(-1, 4096)
@@ -72,7 +65,7 @@ def test_environment_turns_it_on():
     import os
 
     env = dict(os.environ, RDMAV_FORK_SAFE="1")
-    out = _run("""
+    out = run_json("""
         import ctypes, json, rdmaspawn
         verbs = ctypes.CDLL("libibverbs.so.1")
         verbs.ibv_get_device_list.restype = ctypes.c_void_p

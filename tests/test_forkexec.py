@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from process_state import children
+from helpers.process_state import children
 
 from rdmaspawn.dropin import cpython as _cpython
 from rdmaspawn.dropin.forkexec import fork_exec

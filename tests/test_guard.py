@@ -2,33 +2,28 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 from typing import Any
 
 import pytest
+from helpers.child import run_json
 
 # `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
 # real madvise(): a fork() child survives it (nothing touches that page), so
 # warn mode can let forks through.  `plant()` is the real arena hazard.
 _PRELUDE = textwrap.dedent("""
-    import ctypes, json, mmap, os, subprocess, sys, warnings
+    import json, os, subprocess, sys, warnings
     import _posixsubprocess
     import rdmaspawn.tools.guard as G
+    from helpers.libc import MADV_DONTFORK, PAGE, libc
     out = {}
     def mark():
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        addr = libc.mmap(None, 3 * mmap.PAGESIZE, 3, 0x22, -1, 0)
-        libc.mprotect(ctypes.c_void_p(addr), mmap.PAGESIZE, 0)
-        libc.mprotect(ctypes.c_void_p(addr + 2 * mmap.PAGESIZE), mmap.PAGESIZE, 0)
-        assert libc.madvise(addr + mmap.PAGESIZE, mmap.PAGESIZE, 10) == 0
-        return addr + mmap.PAGESIZE
+        addr = libc.mmap(None, 3 * PAGE, 3, 0x22, -1, 0)
+        libc.mprotect(addr, PAGE, 0)
+        libc.mprotect(addr + 2 * PAGE, PAGE, 0)
+        assert libc.madvise(addr + PAGE, PAGE, MADV_DONTFORK) == 0
+        return addr + PAGE
     def attempt(name, fn):
         try:
             with warnings.catch_warnings(record=True) as w:
@@ -48,11 +43,7 @@ _PRELUDE = textwrap.dedent("""
 
 
 def run(code: str) -> dict[str, Any]:
-    src = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
-    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_json(_PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))\n")  # type: ignore[no-any-return]
 
 
 def test_raise_mode_refuses_every_fork_path() -> None:

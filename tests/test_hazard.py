@@ -6,9 +6,9 @@ carrying the hazard cannot fork() again, and pytest must stay able to.
 
 from __future__ import annotations
 
-import hazard_helpers
 import pytest
-from hazard_helpers import HazardRun, require_pyverbs, require_verbs, run_with_hazard
+from helpers import hazard as hazard_helpers
+from helpers.hazard import HazardRun, require_pyverbs, require_verbs, run_with_hazard
 
 FORK_ONCE = """
     pid = os.fork()

@@ -8,13 +8,13 @@ hazard.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
 import pytest
-from hazard_helpers import run_with_hazard
-from probe_helpers import FLAGS, all_combinations, probe_path, run_combinations
+from helpers.child import last_json
+from helpers.hazard import run_with_hazard
+from helpers.probe import FLAGS, all_combinations, probe_path, run_combinations
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["verbs", "madvise"]
@@ -36,10 +36,6 @@ def _as_main(body: str) -> str:
     code = FORK_DIES + textwrap.dedent(body)
     return "if __name__ == '__main__':\n" + textwrap.indent(code, "    ")
 
-
-def _last_json(res):
-    assert res.returncode == 0, res.stdout + res.stderr
-    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -75,7 +71,7 @@ with ctx.Pool(1) as pool:
     out["mp spawn"] = pool.apply(abs, (-3,))
 print(json.dumps({repr(k): v for k, v in out.items()}))
 """), method)
-    out = _last_json(res)
+    out = last_json(res)
     assert out == {
         "('engine', False)": "exit 0",
         "('engine', True)": "exit 0",
@@ -101,7 +97,7 @@ ctx = multiprocessing.get_context("forkserver")
 with ctx.Pool(1) as pool:
     print(json.dumps(pool.apply(abs, (-4,))))
 """), method, timeout=120)
-    assert _last_json(res) == 4
+    assert last_json(res) == 4
 
 
 def test_every_combination_matches_cpython_without_hazard():
@@ -113,13 +109,13 @@ def test_every_combination_matches_cpython_without_hazard():
     assert len(expected) == 2 ** len(FLAGS)
     res = run_with_hazard(FORK_DIES + f"""
 import json, subprocess, rdmaspawn
-from probe_helpers import run_combinations
+from helpers.probe import run_combinations
 ours = run_combinations(rdmaspawn.Popen, {probe!r})
 rdmaspawn.patch()
 patched = run_combinations(subprocess.Popen, {probe!r})
 print(json.dumps([ours, patched]))
 """, "auto", timeout=600)
-    ours, patched = _last_json(res)
+    ours, patched = last_json(res)
     combos = all_combinations()
     for name, got in (("rdmaspawn.Popen", ours), ("patched subprocess.Popen", patched)):
         for flags, want, have in zip(combos, expected, got):

@@ -6,22 +6,16 @@ send SIGINT storms.
 """
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import textwrap
 
-from rdmaspawn._host.interpreter import python_command
-
-_TESTS = os.path.dirname(os.path.abspath(__file__))
+from helpers.child import last_json, python_argv
 
 
 def _run(code: str, timeout: int = 120) -> dict:
-    prelude = f"import sys; sys.path.insert(0, {_TESTS!r})\n"
-    res = subprocess.run(python_command(prelude + textwrap.dedent(code)),
+    res = subprocess.run(python_argv(textwrap.dedent(code)),
                          capture_output=True, text=True, timeout=timeout)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return last_json(res)  # type: ignore[no-any-return]
 
 
 def test_sigint_storm_leaks_no_child_and_no_fd():
@@ -32,7 +26,7 @@ def test_sigint_storm_leaks_no_child_and_no_fd():
     out = _run("""
         import gc, json, random, signal, subprocess, threading, time
         import rdmaspawn
-        from process_state import children, open_fds
+        from helpers.process_state import children, open_fds
 
         main = threading.main_thread().ident
         go, stop = threading.Event(), threading.Event()
@@ -87,7 +81,7 @@ def test_interrupt_during_popen_is_raised_and_the_child_reaped():
     out = _run("""
         import json, signal, subprocess
         import rdmaspawn
-        from process_state import children, open_fds
+        from helpers.process_state import children, open_fds
 
         class Env(dict):
             def items(self):

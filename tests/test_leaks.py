@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from process_state import children, open_fds, rss_kib
+from helpers.process_state import children, open_fds, rss_kib
 
 import rdmaspawn
 

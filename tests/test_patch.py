@@ -4,21 +4,13 @@ interpreter so that the pytest process's subprocess module stays pristine.
 """
 from __future__ import annotations
 
-import json
-
-from hazard_helpers import run_with_hazard
-
-
-def _run(code: str) -> dict:
-    res = run_with_hazard(code, None)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return json.loads(res.stdout.strip().splitlines()[-1])
+from helpers.child import run_json
 
 
 def test_patch_routes_through_the_engine_and_unpatch_restores():
     """After patch() every stdlib spawn path reaches the engine; unpatch() puts
     back the very objects that were there."""
-    out = _run("""
+    out = run_json("""
         import json, os, subprocess, _posixsubprocess, rdmaspawn
         from rdmaspawn._native import engine as _engine
         before = (_posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None),
@@ -49,7 +41,7 @@ def test_patch_routes_through_the_engine_and_unpatch_restores():
 
 def test_patched_context_keeps_an_outer_patch():
     """patched() undoes only what it did: an outer patch() stays in force."""
-    out = _run("""
+    out = run_json("""
         import json, rdmaspawn
         seen = []
         with rdmaspawn.patched():
@@ -67,7 +59,7 @@ def test_patched_context_keeps_an_outer_patch():
 def test_patch_from_many_threads():
     """Concurrent patch()/unpatch() from many threads leave a consistent state:
     patched with the engine's primitive, or pristine with CPython's."""
-    out = _run("""
+    out = run_json("""
         import json, threading, subprocess, _posixsubprocess, rdmaspawn
         original = _posixsubprocess.fork_exec
         def flip(n):
@@ -86,7 +78,7 @@ def test_patch_from_many_threads():
 
 def test_module_is_a_drop_in_for_subprocess():
     """import rdmaspawn as subprocess: the names code uses are there and work."""
-    out = _run("""
+    out = run_json("""
         import json, subprocess as std
         import rdmaspawn as subprocess
         names = ["Popen", "run", "call", "check_call", "check_output", "getoutput",

@@ -7,13 +7,13 @@ death signal.
 """
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 
-from hazard_helpers import run_with_hazard
+from helpers.child import last_json
+from helpers.hazard import run_with_hazard
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_probe.py")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 
 _HARNESS = """
 import ctypes, json, subprocess, time, rdmaspawn
@@ -43,8 +43,7 @@ def middle(code):
 
 def _harness(code: str) -> dict:
     run = run_with_hazard(_HARNESS + textwrap.dedent(code), "madvise", timeout=60)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
+    return last_json(run)
 
 
 def test_parent_killed_right_after_the_spawn() -> None:
@@ -142,8 +141,7 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
             out.append(describe(os.waitpid(pid, 0)[1]))
         print(json.dumps(out))
     """, "madvise")
-    assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout.splitlines()[-1]) == ["signal SIGTERM", "exit 0"]
+    assert last_json(run) == ["signal SIGTERM", "exit 0"]
 
 
 def test_spawner_thread_keeps_the_callers_signal_mask() -> None:
@@ -198,5 +196,4 @@ def test_failure_on_the_spawner_thread_reaches_the_caller() -> None:
             box.append("no child")
         print(json.dumps(box))
     """, "madvise")
-    assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout.splitlines()[-1]) == [["setrlimit", "asker"], "no child"]
+    assert last_json(run) == [["setrlimit", "asker"], "no child"]

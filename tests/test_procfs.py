@@ -9,23 +9,18 @@ import sys
 import textwrap
 
 import pytest
-from hazard_helpers import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
+from helpers.child import python_argv
+from helpers.hazard import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
 
-from rdmaspawn._host import procfs as _smaps
+from rdmaspawn._host import procfs
 
 # Maps `n` one-page regions with alternating protection (so they stay separate
 # mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
 # a file whose name contains " dc ", and prints what it did.
 _PLANT = textwrap.dedent("""
     import ctypes, json, mmap, os, sys, tempfile, time
-    from rdmaspawn._host import procfs as _smaps
+    from helpers.libc import MADV_DONTFORK, libc
     n, dc = %(n)d, %(dc)d
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     page = mmap.PAGESIZE
     base = libc.mmap(None, 2 * n * page, 3, 0x22, -1, 0)
     for i in range(n):
@@ -38,7 +33,7 @@ _PLANT = textwrap.dedent("""
     keep = mmap.mmap(fd, page, prot=mmap.PROT_READ)
     target = base + 2 * dc * page + page if dc >= 0 else 0
     if dc >= 0:
-        assert libc.madvise(target, page, 10) == 0, ctypes.get_errno()
+        assert libc.madvise(target, page, MADV_DONTFORK) == 0, ctypes.get_errno()
     print(json.dumps({"pid": os.getpid(), "target": target, "page": page}), flush=True)
     sys.stdin.readline()
 """)
@@ -47,7 +42,7 @@ _PLANT = textwrap.dedent("""
 class Child:
     def __init__(self, n: int = 10, dc: int = -1) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _PLANT % {"n": n, "dc": dc}],
+            python_argv(_PLANT % {"n": n, "dc": dc}),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.info = json.loads(self.proc.stdout.readline())
@@ -62,7 +57,7 @@ class Child:
 
 def test_all_mappings_of_self_are_sane() -> None:
     """Every entry parses; [stack] and the interpreter are there; ranges are ordered."""
-    maps = _smaps.all_mappings()
+    maps = procfs.all_mappings()
     assert maps
     assert any(m.path == "[stack]" for m in maps)
     assert all(m.start < m.end and len(m.perms) == 4 and m.vmflags for m in maps)
@@ -72,16 +67,16 @@ def test_all_mappings_of_self_are_sane() -> None:
 def test_clean_process_has_no_dontfork() -> None:
     """A process that never called madvise(MADV_DONTFORK) shows none -- even with ' dc ' in a file name."""
     with Child(n=10, dc=-1) as c:
-        assert _smaps.has_dontfork(c.pid) is False
-        assert _smaps.dontfork_mappings(c.pid) == []
-        assert any(m.path.endswith("a dc b") for m in _smaps.all_mappings(c.pid))
+        assert procfs.has_dontfork(c.pid) is False
+        assert procfs.dontfork_mappings(c.pid) == []
+        assert any(m.path.endswith("a dc b") for m in procfs.all_mappings(c.pid))
 
 
 def test_madvise_dontfork_is_found_exactly() -> None:
     """The page marked with a real madvise(MADV_DONTFORK) is reported, with the dc flag, and nothing else."""
     with Child(n=10, dc=3) as c:
-        assert _smaps.has_dontfork(c.pid) is True
-        found = _smaps.dontfork_mappings(c.pid)
+        assert procfs.has_dontfork(c.pid) is True
+        found = procfs.dontfork_mappings(c.pid)
         assert [(m.start, m.end) for m in found] == [(c.info["target"], c.info["target"] + c.info["page"])]
         m = found[0]
         assert m.dontfork and "dc" in m.vmflags and m.anonymous and not m.device
@@ -92,7 +87,7 @@ def test_no_such_process() -> None:
     """A pid that does not exist raises NoSuchProcessError, both a ProcessLookupError and a FileNotFoundError."""
     p = subprocess.Popen(["true"])
     p.wait()
-    for fn in (_smaps.has_dontfork, _smaps.dontfork_mappings, _smaps.all_mappings):
+    for fn in (procfs.has_dontfork, procfs.dontfork_mappings, procfs.all_mappings):
         with pytest.raises(ProcessLookupError):
             fn(p.pid)
         with pytest.raises(FileNotFoundError):
@@ -102,21 +97,21 @@ def test_no_such_process() -> None:
 def test_bad_pid_values() -> None:
     """Nonsense pids are refused before touching /proc."""
     with pytest.raises(ValueError):
-        _smaps.has_dontfork(0)
+        procfs.has_dontfork(0)
     with pytest.raises(ValueError):
-        _smaps.has_dontfork("../1")
+        procfs.has_dontfork("../1")
     with pytest.raises(TypeError):
-        _smaps.has_dontfork(True)
+        procfs.has_dontfork(True)
 
 
 def test_device_path_rule() -> None:
     """is_device_path: driver files count as devices; memory that lives under /dev does not."""
-    assert _smaps.is_device_path("/dev/infiniband/uverbs0")
-    assert _smaps.is_device_path("/dev/nvidia0")
-    assert not _smaps.is_device_path("/dev/shm/psm_1")
-    assert not _smaps.is_device_path("/dev/hugepages/rtemap_0")
-    assert not _smaps.is_device_path("/dev/zero (deleted)")
-    assert not _smaps.is_device_path("")
+    assert procfs.is_device_path("/dev/infiniband/uverbs0")
+    assert procfs.is_device_path("/dev/nvidia0")
+    assert not procfs.is_device_path("/dev/shm/psm_1")
+    assert not procfs.is_device_path("/dev/hugepages/rtemap_0")
+    assert not procfs.is_device_path("/dev/zero (deleted)")
+    assert not procfs.is_device_path("")
 
 
 def test_shm_mapping_counts_whatever_devices_says() -> None:
@@ -126,8 +121,8 @@ def test_shm_mapping_counts_whatever_devices_says() -> None:
         with Holder(files=[path]) as h:
             start = h.info["marked"][path]
             for devices in (False, True):
-                assert _smaps.has_dontfork(h.pid, devices=devices) is True
-                found = _smaps.dontfork_mappings(h.pid, devices=devices)
+                assert procfs.has_dontfork(h.pid, devices=devices) is True
+                found = procfs.dontfork_mappings(h.pid, devices=devices)
                 assert [m.start for m in found] == [start]
                 assert not found[0].device
     finally:
@@ -142,10 +137,10 @@ def test_device_mappings_are_left_out_only_when_asked() -> None:
         pytest.skip("no block device under /dev that this user may map (root usually can)")
     with Holder(files=[device]) as h:
         start = h.info["marked"][device]
-        assert _smaps.has_dontfork(h.pid, devices=False) is False
-        assert _smaps.has_dontfork(h.pid, devices=True) is True
-        assert _smaps.dontfork_mappings(h.pid, devices=False) == []
-        found = _smaps.dontfork_mappings(h.pid, devices=True)
+        assert procfs.has_dontfork(h.pid, devices=False) is False
+        assert procfs.has_dontfork(h.pid, devices=True) is True
+        assert procfs.dontfork_mappings(h.pid, devices=False) == []
+        found = procfs.dontfork_mappings(h.pid, devices=True)
         assert [(m.start, m.path, m.device) for m in found] == [(start, device, True)]
 
 
@@ -153,27 +148,27 @@ def test_is_dontfork_and_mapping_at() -> None:
     """is_dontfork(addr) is true on the marked page only; an unmapped address has no mapping."""
     with Child(n=10, dc=3) as c:
         target, page = c.info["target"], c.info["page"]
-        assert _smaps.is_dontfork(target, c.pid)
-        assert _smaps.is_dontfork(target + page - 1, c.pid)
-        assert not _smaps.is_dontfork(target - 2 * page, c.pid)
-        m = _smaps.mapping_at(target, c.pid)
+        assert procfs.is_dontfork(target, c.pid)
+        assert procfs.is_dontfork(target + page - 1, c.pid)
+        assert not procfs.is_dontfork(target - 2 * page, c.pid)
+        m = procfs.mapping_at(target, c.pid)
         assert m is not None and (m.start, m.end) == (target, target + page)
-        assert _smaps.mapping_at(4096, c.pid) is None
-        assert not _smaps.is_dontfork(4096, c.pid)
+        assert procfs.mapping_at(4096, c.pid) is None
+        assert not procfs.is_dontfork(4096, c.pid)
 
 
 def test_library_paths_name_the_real_files() -> None:
     """library_paths() finds the file a soname resolved to, as mapped; absent libraries are left out."""
     with Holder(plant="verbs" if verbs_available() else None) as h:
-        found = _smaps.library_paths(["libc.so", "libibverbs.so", "libnothing-here.so"], h.pid)
-        maps = _smaps.read_maps(h.pid).decode()
+        found = procfs.library_paths(["libc.so", "libibverbs.so", "libnothing-here.so"], h.pid)
+        maps = procfs.read_maps(h.pid).decode()
         assert os.path.basename(found["libc.so"]).startswith("libc.so")
         assert found["libc.so"] in maps and os.path.realpath(found["libc.so"]) == found["libc.so"]
         assert "libnothing-here.so" not in found
         if h.info["hazard"] is not None:
             assert found["libibverbs.so"] == h.info["hazard"]["library"]
             assert os.path.basename(found["libibverbs.so"]).startswith("libibverbs.so.1.")
-        assert _smaps.library_path("libnothing-here.so", h.pid) is None
+        assert procfs.library_path("libnothing-here.so", h.pid) is None
 
 
 _THREAD_HEAP = textwrap.dedent("""
@@ -200,15 +195,15 @@ def test_thread_heap_base() -> None:
     try:
         assert p.stdout is not None
         addrs = json.loads(p.stdout.readline())
-        maps = _smaps.all_mappings(p.pid)
-        size = _smaps.HEAP_MAX_SIZE
+        maps = procfs.all_mappings(p.pid)
+        size = procfs.HEAP_MAX_SIZE
         assert size == 64 << 20  # 64-bit glibc
-        assert _smaps.thread_heap_base(addrs["thread"], maps) == addrs["thread"] & ~(size - 1)
-        assert _smaps.thread_heap_base(addrs["main"], maps) is None
+        assert procfs.thread_heap_base(addrs["thread"], maps) == addrs["thread"] & ~(size - 1)
+        assert procfs.thread_heap_base(addrs["main"], maps) is None
         big_inner = (addrs["big"] + size) & ~(size - 1)  # an aligned block inside the array
-        assert _smaps.thread_heap_base(big_inner, maps) is None
-        assert _smaps.thread_heap_base(addrs["thread"], _smaps.parse_maps(
-            _smaps.read_maps(p.pid))) == addrs["thread"] & ~(size - 1)
+        assert procfs.thread_heap_base(big_inner, maps) is None
+        assert procfs.thread_heap_base(addrs["thread"], procfs.parse_maps(
+            procfs.read_maps(p.pid))) == addrs["thread"] & ~(size - 1)
     finally:
         p.communicate("\n", timeout=30)
 
@@ -216,10 +211,10 @@ def test_thread_heap_base() -> None:
 def test_has_capability_reads_cap_eff() -> None:
     """has_capability() reads the effective set: a child that clears CAP_SYS_PTRACE shows it gone."""
     code = textwrap.dedent(DROP_CAPS) + textwrap.dedent("""
-        from rdmaspawn._host import procfs as _procfs
-        before = _procfs.has_capability(_procfs.CAP_SYS_PTRACE)
+        from rdmaspawn._host import procfs
+        before = procfs.has_capability(procfs.CAP_SYS_PTRACE)
         drop_capabilities()
-        print(before, _procfs.has_capability(_procfs.CAP_SYS_PTRACE))
+        print(before, procfs.has_capability(procfs.CAP_SYS_PTRACE))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -232,9 +227,9 @@ def test_one_dontfork_among_1000_mappings() -> None:
     """has_dontfork() and dontfork_mappings() find the one marked mapping among over 1000
     (their speed is the benchmark's business, not a pass/fail test's)."""
     with Child(n=1000, dc=500) as c:
-        assert len(_smaps.all_mappings(c.pid)) > 1000
-        assert _smaps.has_dontfork(c.pid)
-        found = _smaps.dontfork_mappings(c.pid)
+        assert len(procfs.all_mappings(c.pid)) > 1000
+        assert procfs.has_dontfork(c.pid)
+        found = procfs.dontfork_mappings(c.pid)
         assert [m.start for m in found] == [c.info["target"]]
 
 
@@ -258,12 +253,12 @@ def test_environ_cmdline_threads_pids() -> None:
     p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdout.readline() == "ready\n"
-        assert _smaps.read_environ(p.pid)["RDMASPAWN_PROCFS_TEST"] == "a=b c"
-        assert _smaps.read_cmdline(p.pid)[1:] == argv[1:]  # the empty last one included
-        assert _smaps.thread_count(p.pid) == 4
-        assert p.pid in _smaps.all_pids() and os.getpid() in _smaps.all_pids()
-        assert os.path.samefile(_smaps.exe_path(p.pid), sys.executable)
+        assert procfs.read_environ(p.pid)["RDMASPAWN_PROCFS_TEST"] == "a=b c"
+        assert procfs.read_cmdline(p.pid)[1:] == argv[1:]  # the empty last one included
+        assert procfs.thread_count(p.pid) == 4
+        assert p.pid in procfs.all_pids() and os.getpid() in procfs.all_pids()
+        assert os.path.samefile(procfs.exe_path(p.pid), sys.executable)
     finally:
         p.communicate("\n", timeout=30)
     with pytest.raises(ProcessLookupError):
-        _smaps.read_environ(p.pid)
+        procfs.read_environ(p.pid)

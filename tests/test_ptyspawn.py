@@ -1,18 +1,18 @@
 """A controlling terminal without fork: rdmaspawn.pty_spawn and controlling_tty=.
 
-The child reports its terminal from inside (tests/setup_probe.py: ttyname,
+The child reports its terminal from inside (tests/children/setup_probe.py: ttyname,
 session leader, foreground process group); with the hazard planted it must
 match what pty.fork() + exec gives under stock CPython without the hazard.
 """
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 
-from hazard_helpers import run_with_hazard
+from helpers.child import last_json
+from helpers.hazard import run_with_hazard
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_probe.py")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 
 _READ_ALL = """
 import json
@@ -38,8 +38,7 @@ def tty_state(raw, pid):
 def _run(code: str, method: str | None) -> dict:
     code = textwrap.dedent(code).replace("@PROBE@", repr(PROBE))
     run = run_with_hazard(_READ_ALL + code, method)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
+    return last_json(run)
 
 
 def test_pty_spawn_matches_pty_fork() -> None:

@@ -6,21 +6,14 @@ fork support was turned on. Fresh interpreters: none of this can be undone.
 """
 from __future__ import annotations
 
-import json
-
-from hazard_helpers import require_pyverbs, run_with_hazard
-
-
-def _run(code: str) -> list:
-    res = run_with_hazard(code, None)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return json.loads(res.stdout.strip().splitlines()[-1])
+from helpers.child import run_json
+from helpers.hazard import require_pyverbs
 
 
 def test_fork_status_after_pyverbs_fork_init():
     """After pyverbs.fork.fork_init(), fork_status() says enabled, same library."""
     require_pyverbs()
-    before, after, pyverbs_state, lib, maps = _run("""
+    before, after, pyverbs_state, lib, maps = run_json("""
         import json, pyverbs.fork, rdmaspawn
         before = rdmaspawn.fork_status()
         pyverbs.fork.fork_init()
@@ -43,7 +36,7 @@ def test_fork_status_after_pyverbs_fork_init():
 def test_fork_init_after_registration_is_a_clear_error():
     """Memory marked through pyverbs' libibverbs first: ForkInitError, with the fix."""
     require_pyverbs()
-    err, message, pyverbs_err = _run("""
+    err, message, pyverbs_err = run_json("""
         import ctypes, json, mmap, pyverbs.fork, rdmaspawn
         # The libibverbs pyverbs loaded; ibv_reg_mr() would call this on a device.
         verbs = ctypes.CDLL(rdmaspawn.fork_status().library)

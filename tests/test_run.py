@@ -1,6 +1,6 @@
 """``rdmaspawn run``: a job's children survive the real hazard; the job's status and signals.
 
-tests/job_script.py is a user's script: it plants the hazard and starts one
+tests/children/job_script.py is a user's script: it plants the hazard and starts one
 kind of child, with no rdmaspawn call of its own. Under ``rdmaspawn run``
 every kind finishes; the same script alone crashes or hangs (bounded by the
 script's timeouts), which proves the hazard is real for that kind.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-JOB = str(HERE / "job_script.py")
+JOB = str(HERE / "children" / "job_script.py")
 KINDS = ["subprocess_user", "subprocess_novfork", "spawnvp", "popen", "pool",
          "process_pool_executor", "mp_process"]
 # Kinds that CPython itself starts without fork (vfork) on 3.10+: safe even alone.

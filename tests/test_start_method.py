@@ -7,20 +7,19 @@ stalling it.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from hazard_helpers import run_with_hazard
+from helpers.child import last_json
+from helpers.hazard import run_with_hazard
 
 
 def fresh(code: str) -> dict[str, object]:
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                        text=True, timeout=120, check=False)
-    assert r.returncode == 0, r.stderr
-    return dict(json.loads(r.stdout.splitlines()[-1]))
+    return dict(last_json(r))
 
 
 def test_preferred_default_leaves_the_program_free_to_choose() -> None:

@@ -34,7 +34,7 @@ import sysconfig
 from typing import Any
 
 import pytest
-from hazard_helpers import require_torch
+from helpers.hazard import require_torch
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_job", "rank.py")
 

@@ -3,7 +3,8 @@
 A :class:`ChildSetup` is two things at once:
 
 - a request the engine carries out in the CLONE_VM child with raw system
-  calls (``csrc/setup.c``; :func:`pack` turns it into ``struct rs_setup``);
+  calls (``csrc/setup.c``; :func:`rdmaspawn._child.pack.packed` makes it a
+  ``struct rs_setup``);
 - an ordinary callable doing the same with Python calls, so that the same
   value works as ``preexec_fn`` under stock CPython (in its forked child).
 

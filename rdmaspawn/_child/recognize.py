@@ -9,9 +9,6 @@ them: ``rdmaspawn.preexec`` values and their chains, ``os.setsid``,
 ``_from_partial`` (docs/preexec.md lists them for users).
 
 Anything else (a lambda, a function of the caller's) still needs fork.
-
-This module also hands the pidfd from ``fork_exec`` (which must return a
-bare pid, as CPython's does) up to ``rdmaspawn.Popen``, per thread.
 """
 from __future__ import annotations
 
@@ -21,11 +18,9 @@ import resource
 import signal
 from typing import Any, Callable
 
-from .._native import capi as _capi
 from .model import Chain, ChildSetup, build, merge
 
-__all__ = ["as_setup", "setup_kwargs_to_preexec_fn", "request_pidfd", "pidfd_requested",
-           "hand_pidfd", "take_pidfd"]
+__all__ = ["as_setup"]
 
 _PLAIN: dict[Callable[..., Any], dict[str, Any]] = {
     os.setsid: {"setsid": True},
@@ -83,52 +78,3 @@ def as_setup(preexec_fn: Any) -> ChildSetup | None:
         return build(**fields)
     except (TypeError, ValueError):
         return None
-
-
-# rdmaspawn.Popen's keyword arguments and the ChildSetup field each sets.
-_POPEN_KWARGS = {
-    "pdeathsig": "pdeathsig", "rlimits": "rlimits", "nice": "nice", "ioprio": "ioprio",
-    "cpu_affinity": "cpu_affinity", "no_new_privs": "no_new_privs",
-    "ignore_signals": "ignore_signals", "default_signals": "default_signals",
-    "signal_mask": "signal_mask", "cgroup": "cgroup", "controlling_tty": "ctty",
-}
-_PREEXEC_FN_POSITION = 6  # Popen(args, bufsize, executable, stdin, stdout, stderr, preexec_fn)
-
-
-def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
-                               ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Popen's arguments with rdmaspawn's setup keywords folded into ``preexec_fn``.
-
-    The user's own ``preexec_fn`` comes first; a recognised one merges with
-    the setup, any other makes a :class:`Chain` (which needs fork).
-    """
-    if not kwargs or _POPEN_KWARGS.keys().isdisjoint(kwargs):
-        return args, kwargs  # the usual Popen: nothing to fold
-    fields = {_POPEN_KWARGS[name]: kwargs.pop(name) for name in list(kwargs)
-              if name in _POPEN_KWARGS}
-    fields = {name: value for name, value in fields.items()
-              if value is not None and value is not False and value != ()}
-    if not fields:
-        return args, kwargs
-    setup = build(**fields)
-    positional = len(args) > _PREEXEC_FN_POSITION
-    user = args[_PREEXEC_FN_POSITION] if positional else kwargs.get("preexec_fn")
-    if user is None:
-        combined: Any = setup
-    elif isinstance(user, ChildSetup):
-        combined = merge(user, setup)
-    else:
-        combined = Chain((user, setup))
-    if positional:
-        args = args[:_PREEXEC_FN_POSITION] + (combined,) + args[_PREEXEC_FN_POSITION + 1:]
-    else:
-        kwargs["preexec_fn"] = combined
-    return args, kwargs
-
-
-# The pidfd hand-over lives in C (csrc/python/functions.c), where the C
-# fork_exec hands the pidfd over without a trip through Python.
-request_pidfd = _capi.request_pidfd
-pidfd_requested = _capi.pidfd_requested
-hand_pidfd = _capi.hand_pidfd
-take_pidfd = _capi.take_pidfd

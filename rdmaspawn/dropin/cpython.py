@@ -14,12 +14,14 @@ the positions of 23 would start the wrong child, silently.
 from __future__ import annotations
 
 import dis
+import inspect
 import operator
 import subprocess
 import sys
 from typing import Any, Callable, NamedTuple
 
 __all__ = [
+    "POPEN_PREEXEC_FN_POSITION",
     "POSIX_SPAWN_PATH_NUL",
     "ForkExecCall",
     "Internals",
@@ -111,6 +113,9 @@ class Internals(NamedTuple):
     #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
     #: always gets "posix_spawn: embedded null character in path").
     posix_spawn_str_nul: str
+    #: Popen._get_handles closes the pipes it made when a later one fails
+    #: (3.11+, its _on_error_fd_closer); 3.9 and 3.10 leak them.
+    get_handles_cleans_up: bool
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
@@ -119,9 +124,10 @@ _V39 = Internals(
     params=_PARAMS_21, caller=_CALLER_21, home=("_posixsubprocess", "fork_exec"),
     chdir_tag=b"noexec", int_parser="format_i", too_many_groups="too many groups",
     can_vfork=False, posix_spawn_environ=True, posix_spawn_str_nul="embedded null byte",
+    get_handles_cleans_up=False,
 )
 _V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, home=("subprocess", "_fork_exec"),
-                      can_vfork=True)
+                      can_vfork=True, get_handles_cleans_up=True)
 _V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
                        too_many_groups="too many extra_groups", posix_spawn_environ=False,
                        posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL)
@@ -139,6 +145,11 @@ TABLE: dict[tuple[int, int], Internals] = {
     (3, 13): _V313,
     (3, 14): _V313,
 }
+
+#: Where Popen() takes preexec_fn positionally (after args, bufsize, executable
+#: and the three standard streams), read from the running CPython's signature.
+POPEN_PREEXEC_FN_POSITION = list(
+    inspect.signature(subprocess.Popen.__init__).parameters).index("preexec_fn") - 1  # self
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
           "LOAD_NAME", "LOAD_FAST_BORROW", "LOAD_FAST_BORROW_LOAD_FAST_BORROW")

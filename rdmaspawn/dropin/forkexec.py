@@ -120,7 +120,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     flags = ((call.close_fds and _request.CLOSE_FDS)
              | (call.restore_signals and _request.RESTORE_SIGNALS)
              | (call.call_setsid and _request.SETSID))
-    want_pidfd = _childsetup.pidfd_requested()
+    want_pidfd = _capi.pidfd_requested()
     if want_pidfd:
         flags |= _request.WANT_PIDFD
     try:
@@ -155,7 +155,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         arguments.check_strings(call)
         raise
     if want_pidfd:
-        _childsetup.hand_pidfd(pidfd)
+        _capi.hand_pidfd(pidfd)
     return pid
 
 

@@ -8,7 +8,7 @@ after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
 The engine asks the kernel for one (CLONE_PIDFD, Linux 5.2; O_CLOEXEC, so
 no child inherits it); ``fork_exec``, which must return a bare pid, hands it
 up through a per-thread hand-over in C (csrc/python/functions.c, reached as
-``recognize.request_pidfd`` / ``take_pidfd``). It is closed once the child is
+``rdmaspawn._native.capi.request_pidfd`` / ``take_pidfd``). It is closed once the child is
 reaped (under a lock, so that a concurrent ``send_signal`` never uses a
 closed, reused fd number), and by ``__del__`` at the latest.
 """
@@ -22,15 +22,14 @@ import threading
 import time
 from typing import Any
 
-from .._child import recognize as _childsetup
 from .._native import capi as _capi
 
 __all__ = ["PidfdMixin"]
 
 # Called on every Popen, bound once: the C hand-over and a close that keeps
 # the GIL (a pidfd's close never blocks; see _native.capi), and a lock type.
-_request_pidfd = _childsetup.request_pidfd
-_take_pidfd = _childsetup.take_pidfd
+_request_pidfd = _capi.request_pidfd
+_take_pidfd = _capi.take_pidfd
 _close_fd = _capi.close_fd
 _Lock = threading.Lock
 

@@ -20,12 +20,12 @@ import threading
 import types
 from typing import Any, Callable
 
-from .._child import recognize as _childsetup
 from . import cpython as _cpython
 from . import forkexec as _forkexec
 from . import interrupts
 from . import pidfd as _pidfd
 from . import posixspawn as _posixspawn
+from .setupkeywords import setup_kwargs_to_preexec_fn
 
 __all__ = [
     "Popen", "run", "call", "check_call", "check_output", "getoutput",
@@ -33,11 +33,21 @@ __all__ = [
 ]
 
 
+#: This CPython's internals; None where rdmaspawn does not know them (then
+#: Popen() refuses to start, before any of the following is used).
+_INTERNALS = _cpython.current()
+
+
 def _namespace() -> dict[str, Any]:
-    # A copy of subprocess's globals in which the spawn primitive is ours.
+    # A copy of subprocess's globals in which the spawn primitive is ours,
+    # under the name this CPython's _execute_child looks it up by.
     ns = dict(vars(subprocess))
-    ns["_fork_exec"] = _forkexec.fork_exec  # 3.11+
-    ns["_posixsubprocess"] = types.SimpleNamespace(fork_exec=_forkexec.fork_exec)  # 3.9/3.10
+    if _INTERNALS is not None:
+        module, attr = _INTERNALS.home
+        if module == "subprocess":
+            ns[attr] = _forkexec.fork_exec
+        else:
+            ns[module] = types.SimpleNamespace(**{attr: _forkexec.fork_exec})
     return ns
 
 
@@ -92,7 +102,8 @@ def _close_if_still(made: list[tuple[int, tuple[int, int]]]) -> None:
             os.close(fd)
 
 
-if not hasattr(subprocess.Popen, "_on_error_fd_closer"):
+_FIX_GET_HANDLES = _INTERNALS is not None and not _INTERNALS.get_handles_cleans_up
+if _FIX_GET_HANDLES:
     _get_handles_recording = types.FunctionType(
         subprocess.Popen._get_handles.__code__,  # type: ignore[attr-defined]
         dict(_NS, os=_FdRecorder()), "_get_handles")
@@ -146,7 +157,7 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _cpython.require()  # before any pipe: this CPython must be one we know
         # The setup travels as a preexec_fn value that fork_exec recognises.
-        args, kwargs = _childsetup.setup_kwargs_to_preexec_fn(args, kwargs)
+        args, kwargs = setup_kwargs_to_preexec_fn(args, kwargs)
         held = interrupts.hold()
         try:
             try:
@@ -183,7 +194,7 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
 
     _posix_spawn = _posixspawn.posix_spawn_method
 
-    if not hasattr(subprocess.Popen, "_on_error_fd_closer"):
+    if _FIX_GET_HANDLES:
         # CPython < 3.11 leaks the pipes _get_handles() made when a later one
         # fails (EMFILE): close them, as 3.11 does. It also leaks all of them
         # when __init__ fails before its try (a bad user=): _discard() does.

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from .._child import recognize as _childsetup
+from .._native import capi as _capi
 from .._native import engine as _engine
 from .._native import request as _request
 from . import arguments
@@ -50,7 +50,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
                               a["c2pwrite"], a["errwrite"]) if fd != -1)
     env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
                                           internals.posix_spawn_str_nul)
-    want_pidfd = _childsetup.pidfd_requested()
+    want_pidfd = _capi.pidfd_requested()
     flags = ((a.get("close_fds", False) and _request.CLOSE_FDS)
              | (a["restore_signals"] and _request.RESTORE_SIGNALS)
              | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
@@ -62,7 +62,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
         # posix_spawn() reports every failure as an error on its path.
         raise OSError(err.errno, os.strerror(err.errno), executable) from None
     if want_pidfd:
-        _childsetup.hand_pidfd(pidfd)
+        _capi.hand_pidfd(pidfd)
     self.pid = pid
     self._child_created = True
     self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],

@@ -25,7 +25,7 @@ libibverbs is missing or cannot plant here (e.g. it reports fork support
 other method failing to plant fails the test.
 
 Importing: pytest's default ("prepend") import mode puts ``tests/`` on
-``sys.path``, so test modules can ``from hazard_helpers import run_with_hazard``.
+``sys.path``, so test modules can ``from helpers.hazard import run_with_hazard``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ import textwrap
 from typing import Any
 
 import pytest
+
+from . import TESTS
 
 __all__ = [
     "DROP_CAPS",
@@ -63,6 +65,7 @@ HAZARD_UNAVAILABLE = 77
 
 _PRELUDE = """\
 import dataclasses, json, os, signal, sys
+sys.path.insert(0, {tests!r})  # the snippet may import helpers
 
 def describe(status):
     if os.WIFSIGNALED(status):
@@ -162,7 +165,7 @@ def run_with_hazard(
         record = os.path.join(tmp, "hazard.json")
         script = os.path.join(tmp, "snippet.py")
         prelude = _PRELUDE.format(
-            method=method, record=record, unavailable=HAZARD_UNAVAILABLE
+            method=method, record=record, unavailable=HAZARD_UNAVAILABLE, tests=TESTS
         )
         with open(script, "w") as f:
             f.write(prelude + textwrap.dedent(code))

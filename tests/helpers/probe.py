@@ -18,12 +18,13 @@ import sys
 import tempfile
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+#: tests/children/, where probe.c lives.
+CHILDREN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "children")
 
 
 @functools.cache
 def probe_path() -> str:
-    """Build tests/probe.c (once) and return the executable's path."""
+    """Build tests/children/probe.c (once) and return the executable's path."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise RuntimeError("the tests need a C compiler (cc) to build probe.c")
@@ -31,7 +32,7 @@ def probe_path() -> str:
     os.chmod(where, 0o755)  # the user= tests run it as nobody
     out = os.path.join(where, "probe")
     subprocess.run(
-        [cc, "-O2", "-Wall", "-o", out, os.path.join(HERE, "probe.c")], check=True
+        [cc, "-O2", "-Wall", "-o", out, os.path.join(CHILDREN, "probe.c")], check=True
     )
     return out
 

@@ -1,0 +1,56 @@
+"""``rdmaspawn.Popen``'s own keyword arguments, folded into ``preexec_fn``.
+
+``nice=``, ``pdeathsig=``, ``rlimits=``, ... each set one field of a
+:class:`~rdmaspawn._child.model.ChildSetup`. ``Popen`` passes them on as a
+``preexec_fn`` value that ``fork_exec`` recognises, so that CPython's own
+``_execute_child`` carries them to the spawn unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .._child.model import Chain, ChildSetup, build, merge
+from . import cpython as _cpython
+
+__all__ = ["setup_kwargs_to_preexec_fn"]
+
+# rdmaspawn.Popen's keyword arguments and the ChildSetup field each sets.
+_POPEN_KWARGS = {
+    "pdeathsig": "pdeathsig", "rlimits": "rlimits", "nice": "nice", "ioprio": "ioprio",
+    "cpu_affinity": "cpu_affinity", "no_new_privs": "no_new_privs",
+    "ignore_signals": "ignore_signals", "default_signals": "default_signals",
+    "signal_mask": "signal_mask", "cgroup": "cgroup", "controlling_tty": "ctty",
+}
+_PREEXEC_FN_POSITION = _cpython.POPEN_PREEXEC_FN_POSITION
+
+
+def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
+                               ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Popen's arguments with rdmaspawn's setup keywords folded into ``preexec_fn``.
+
+    The user's own ``preexec_fn`` comes first; a recognised one merges with
+    the setup, any other makes a :class:`Chain` (which needs fork).
+    """
+    if not kwargs or _POPEN_KWARGS.keys().isdisjoint(kwargs):
+        return args, kwargs  # the usual Popen: nothing to fold
+    fields = {_POPEN_KWARGS[name]: kwargs.pop(name) for name in list(kwargs)
+              if name in _POPEN_KWARGS}
+    fields = {name: value for name, value in fields.items()
+              if value is not None and value is not False and value != ()}
+    if not fields:
+        return args, kwargs
+    setup = build(**fields)
+    positional = len(args) > _PREEXEC_FN_POSITION
+    user = args[_PREEXEC_FN_POSITION] if positional else kwargs.get("preexec_fn")
+    if user is None:
+        combined: Any = setup
+    elif isinstance(user, ChildSetup):
+        combined = merge(user, setup)
+    else:
+        combined = Chain((user, setup))
+    if positional:
+        args = args[:_PREEXEC_FN_POSITION] + (combined,) + args[_PREEXEC_FN_POSITION + 1:]
+    else:
+        kwargs["preexec_fn"] = combined
+    return args, kwargs
+
