@@ -72,8 +72,7 @@ class ChildSetup:
         if self.signal_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.signal_mask)
         if self.cgroup is not None:
-            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
-                procs.write("0")
+            _join_cgroup(self.cgroup)
         if self.ctty is not None:
             import fcntl
             import termios
@@ -83,7 +82,7 @@ class ChildSetup:
             import resource
 
             for res, soft, hard in self.rlimits:
-                resource.setrlimit(res, (soft, hard))
+                resource.setrlimit(res, (_python_rlimit(soft), _python_rlimit(hard)))
         if self.nice is not None:
             os.nice(self.nice)
         if self.ioprio is not None:
@@ -106,6 +105,27 @@ class Chain(tuple):  # type: ignore[type-arg]
     def __call__(self) -> None:
         for fn in self:
             fn()
+
+
+def _join_cgroup(path: str) -> None:
+    # As the engine's parent opens them (_setup_pack): the directory, then
+    # its cgroup.procs without O_CREAT, so that "" or a directory that is
+    # no cgroup fails with FileNotFoundError instead of creating the file.
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=directory)
+    finally:
+        os.close(directory)
+    try:
+        os.write(procs, b"0")
+    finally:
+        os.close(procs)
+
+
+def _python_rlimit(value: int) -> int:
+    # The packed form keeps RLIM_INFINITY as all ones (prlimit64's); the
+    # resource module spells it -1 and rejects the unsigned value.
+    return -1 if value == _RLIM_INFINITY else value
 
 
 def _libc_call(name: str, *args: int) -> None:
