@@ -130,11 +130,18 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
     The setup's session, process group and umask become the request's; a
     death signal makes the spawn follow the process (see ``_spawner``).
     """
-    if setup.setsid or setup.ctty is not None:
+    # The request's steps that only the setup asked for: their failure is the
+    # setup's (CPython: "Exception occurred in preexec_fn."), not the
+    # OSError that a failed start_new_session= or process_group= gives.
+    steps = set(_SETUP_STEPS)
+    if (setup.setsid or setup.ctty is not None) and not flags & lib.RS_F_SETSID:
         flags |= lib.RS_F_SETSID
+        steps.add("setsid")
     if setup.umask is not None:
         umask = setup.umask
     if setup.pgid is not None:
+        if pgid is None or pgid < 0:
+            steps.add("setpgid")
         pgid = setup.pgid
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
@@ -152,7 +159,7 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
             return run_as_process(call, _dispose)  # type: ignore[no-any-return]
         except OSError as err:
             step = getattr(err, "step", None)
-            if step not in _SETUP_STEPS:
+            if step not in steps:
                 raise
             filename = err.filename
             if step == "cgroup":
