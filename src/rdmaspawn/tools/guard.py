@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -50,6 +51,7 @@ from typing import Any, Callable
 from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
 from ..dropin.childsetup import as_setup
+from .callsite import call_from
 
 __all__ = [
     "ForkHazardError",
@@ -136,7 +138,9 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     def guarded_fork(*args: Any, **kwargs: Any) -> Any:
         if guarded_fork in _active:
             _check(what)
-        return guarded_fork.__wrapped__(*args, **kwargs)
+        # From the caller's line: CPython's warning about forking with
+        # threads (3.12+) names the frame that calls os.fork().
+        return call_from(sys._getframe(1), guarded_fork.__wrapped__, args, kwargs)
 
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
