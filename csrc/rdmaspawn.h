@@ -83,6 +83,10 @@ struct rs_setup {
     int ioprio;                 /* ioprio_set(IOPRIO_WHO_PROCESS, 0, ioprio) */
     const unsigned long long *cpu_mask;     /* NULL, or sched_setaffinity's mask */
     int cpu_mask_bytes;
+    int early_after_ids;        /* 1: cgroup, ctty, rlimits, nice, ioprio and
+                                   affinity after the id change, where CPython
+                                   calls a preexec_fn; 0: before it (the
+                                   keywords' privilege-first order) */
     unsigned long long ignore_signals;      /* set to SIG_IGN */
     unsigned long long default_signals;     /* set to SIG_DFL */
     int set_signal_mask;

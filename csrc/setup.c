@@ -11,7 +11,9 @@
  *   3. rs_setup_early(), after setsid/setpgid and before the ids change, so
  *      that a limit or a priority a dropped user may not set still can be:
  *      cgroup (where clone3 did not place the child), controlling tty,
- *      rlimits, nice, ioprio, CPU affinity.
+ *      rlimits, nice, ioprio, CPU affinity. With early_after_ids (a
+ *      preexec_fn's steps) right after the ids change instead, where CPython
+ *      calls preexec_fn, so that the same value is refused the same way.
  *   4. rs_setup_late(), after the ids change: no_new_privs, then the death
  *      signal, last, because the kernel clears it on a credential change
  *      (prctl(2), PR_SET_PDEATHSIG). If the parent died before the prctl,

@@ -334,3 +334,50 @@ def test_guard_does_not_advise_the_patch_in_force() -> None:
     assert "rdmaspawn.patch()" in out["unpatched"]
     assert "rdmaspawn.patch()" not in out["patched"]
     assert "rdmaspawn.Popen" in out["patched"]
+
+
+PREEXEC_AFTER_IDS = {
+    "partial(os.nice, -5)": "functools.partial(os.nice, -5)",
+    "preexec.nice(-5)": "P.nice(-5)",
+    "chain(os.setsid, nice(-5))": "P.chain(os.setsid, P.nice(-5))",
+}
+
+
+@pytest.mark.parametrize("how", ["rdmaspawn.Popen", "patch()"])
+def test_preexec_fn_runs_after_the_id_change_as_in_cpython(how: str) -> None:
+    """A recognised preexec_fn with user=nobody is refused where CPython
+    refuses it: CPython calls preexec_fn after the id change, and nobody may
+    not lower its nice value. (The engine ran it before
+    the change: a nobody child at nice -5.) The keywords keep their
+    privilege-first order, also next to a recognised preexec_fn."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to change user")
+    code = textwrap.dedent(f"""
+        import functools, json, os, resource, subprocess, rdmaspawn
+        import rdmaspawn.preexec as P
+        values = {PREEXEC_AFTER_IDS!r}
+        popen = rdmaspawn.Popen if {how!r} == "rdmaspawn.Popen" else subprocess.Popen
+        def outcome(popen, **kwargs):
+            try:
+                return popen(["/bin/true"], user=65534, group=65534, extra_groups=[],
+                             cwd="/", **kwargs).wait()
+            except Exception as exc:
+                return [type(exc).__name__, isinstance(exc, subprocess.SubprocessError)]
+        out = {{"stock": {{name: outcome(subprocess.Popen, preexec_fn=eval(value))
+                           for name, value in values.items()}}}}
+        if {how!r} == "patch()":
+            rdmaspawn.patch()
+        out["ours"] = {{name: outcome(popen, preexec_fn=eval(value))
+                        for name, value in values.items()}}
+        out["keywords"] = [outcome(rdmaspawn.Popen, nice=-5),
+                           outcome(rdmaspawn.Popen, nice=-5, preexec_fn=os.setsid)]
+        print(json.dumps(out))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert all(result == ["SubprocessError", True] for result in out["stock"].values()), out
+    for name, result in out["ours"].items():
+        assert result in (["ChildSetupError", True], ["SubprocessError", True]), (name, out)
+    assert out["keywords"] == [0, 0]

@@ -38,6 +38,7 @@ class RsSetup(CData):
     ioprio: int
     cpu_mask: CData
     cpu_mask_bytes: int
+    early_after_ids: int
     ignore_signals: int
     default_signals: int
     set_signal_mask: int

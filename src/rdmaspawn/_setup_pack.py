@@ -78,6 +78,9 @@ def packed(setup: ChildSetup) -> Iterator[Any]:
         s.cgroup_fd = s.cgroup_procs_fd = -1
         if setup.cgroup is not None:
             s.cgroup_fd, s.cgroup_procs_fd = _open_cgroup(setup.cgroup, fds)
+            if not setup.privileged_first:
+                s.cgroup_fd = -1  # not clone3's, which is the parent's: joined after the ids
+        s.early_after_ids = int(not setup.privileged_first)
         s.ctty_fd = -1 if setup.ctty is None else setup.ctty
         limits = ffi.new("struct rs_rlimit[]", [list(item) for item in setup.rlimits])
         s.rlimits = limits
