@@ -35,7 +35,10 @@ def test_infinite_rlimit_on_both_paths() -> None:
     setup = P.rlimit(resource.RLIMIT_CORE, -1, -1)
     forked = _probe(subprocess.Popen, preexec_fn=setup)
     engine = _probe(rdmaspawn.Popen, preexec_fn=setup)
-    assert forked["core"] == engine["core"] == [-1, -1]
+    # A keyword next to a preexec_fn that needs fork: the setup runs as Python too.
+    chained = _probe(rdmaspawn.Popen, rlimits={resource.RLIMIT_CORE: (-1, -1)},
+                     preexec_fn=lambda: None)
+    assert forked["core"] == engine["core"] == chained["core"] == [-1, -1]
 
 
 @pytest.mark.parametrize("path", ["", "not-a-cgroup-dir", "no-such-dir"])
@@ -55,5 +58,7 @@ def test_cgroup_that_is_not_one_fails_without_writing(path: str, tmp_path: objec
         rdmaspawn.run(["true"], preexec_fn=setup)
     with pytest.raises(subprocess.SubprocessError, match="preexec_fn"):
         subprocess.run(["true"], preexec_fn=setup)
+    with pytest.raises(subprocess.SubprocessError, match="preexec_fn"):
+        rdmaspawn.run(["true"], cgroup=path, preexec_fn=lambda: None)
     assert sorted(os.listdir(".")) == ["not-a-cgroup-dir"]
     assert os.listdir("not-a-cgroup-dir") == []
