@@ -73,6 +73,9 @@ struct rs_setup {
     int cgroup_procs_fd;        /* -1, or its cgroup.procs, open for writing:
                                    the child joins through it where clone3
                                    could not place it (Linux < 5.7) */
+    const char *cgroup_procs_path;  /* NULL, or a cgroup.procs the child opens
+                                   itself, as the new user (a preexec_fn's
+                                   cgroup with the ids changing) */
     int ctty_fd;                /* -1, or a tty fd (child numbering) to make
                                    the controlling terminal; needs setsid */
     const struct rs_rlimit *rlimits;

@@ -29,6 +29,7 @@ class RsSetup(CData):
 
     cgroup_fd: int
     cgroup_procs_fd: int
+    cgroup_procs_path: CData
     ctty_fd: int
     rlimits: CData
     n_rlimits: int
@@ -60,7 +61,7 @@ class FFI:
     @overload
     def new(self, cdecl: Literal["struct rs_setup *"]) -> RsSetup: ...
     @overload
-    def new(self, cdecl: Literal["char[]"], init: int) -> CData: ...
+    def new(self, cdecl: Literal["char[]"], init: int | bytes) -> CData: ...
     @overload
     def new(self, cdecl: Literal["struct rs_rlimit[]"], init: list[list[int]]) -> CData: ...
     @overload

@@ -70,16 +70,24 @@ def _open_cgroup(path: str, fds: list[int]) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def packed(setup: ChildSetup) -> Iterator[Any]:
-    """``struct rs_setup *`` for ``setup``, valid inside the block."""
+def packed(setup: ChildSetup, ids_change: bool = False) -> Iterator[Any]:
+    """``struct rs_setup *`` for ``setup``, valid inside the block.
+
+    ``ids_change``: the request changes user, group or groups, which a
+    preexec_fn's cgroup must be joined as (not by clone3, as the parent).
+    """
     fds: list[int] = []
     try:
         s = ffi.new("struct rs_setup *")
         s.cgroup_fd = s.cgroup_procs_fd = -1
-        if setup.cgroup is not None:
+        procs_path = None
+        if setup.cgroup is not None and ids_change and not setup.privileged_first:
+            # A preexec_fn's: joined as the new user, as under CPython.
+            procs_path = ffi.new("char[]", os.fsencode(os.path.join(setup.cgroup,
+                                                                    "cgroup.procs")))
+            s.cgroup_procs_path = procs_path
+        elif setup.cgroup is not None:
             s.cgroup_fd, s.cgroup_procs_fd = _open_cgroup(setup.cgroup, fds)
-            if not setup.privileged_first:
-                s.cgroup_fd = -1  # not clone3's, which is the parent's: joined after the ids
         s.early_after_ids = int(not setup.privileged_first)
         s.ctty_fd = -1 if setup.ctty is None else setup.ctty
         limits = ffi.new("struct rs_rlimit[]", [list(item) for item in setup.rlimits])
@@ -108,7 +116,7 @@ def packed(setup: ChildSetup) -> Iterator[Any]:
             s.pdeathsig = setup.pdeathsig
             s.parent_pid = os.getpid()
         yield s
-        del limits, words  # kept alive until the child has exec'd
+        del limits, words, procs_path  # kept alive until the child has exec'd
     finally:
         for fd in fds:
             os.close(fd)
@@ -151,7 +159,8 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
         # The spawner thread's mask is not the caller's: send the caller's.
         current = signal.pthread_sigmask(signal.SIG_BLOCK, ())
         setup = dataclasses.replace(setup, signal_mask=frozenset(int(s) for s in current))
-    with packed(setup) as ptr:
+    ids_change = uid is not None or gid is not None or groups is not None
+    with packed(setup, ids_change) as ptr:
         def call() -> tuple[int, int]:
             return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr,
                               close_in_child, pass_fds, flags, close_method, umask, pgid,
