@@ -17,7 +17,7 @@ import pytest
 import rdmaspawn
 from rdmaspawn import preexec as P
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_probe.py")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 
 
 def _probe(popen: object, **kwargs: object) -> dict:
