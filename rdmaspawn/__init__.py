@@ -20,22 +20,32 @@ from subprocess import (
     SubprocessError,
     TimeoutExpired,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import preexec
 from ._child.pack import ChildSetupError
 from ._native.engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
 from .dropin.forkexec import PreexecFnError
 from .dropin.patch import is_patched, patch, patched, unpatch
-from .dropin.popen import (
-    Popen,
-    call,
-    check_call,
-    check_output,
-    getoutput,
-    getstatusoutput,
-    run,
-)
+from .dropin.popen import getoutput, getstatusoutput
+
+if TYPE_CHECKING:
+    # CPython's signatures with rdmaspawn's keywords (scripts/subprocess-stub),
+    # and the lazily loaded tools by their real types.
+    from .dropin.signatures import Popen, call, check_call, check_output, run
+    from .dropin.startmethod import get_context
+    from .ptyspawn import pty_spawn
+    from .tools.doctor import doctor
+    from .tools.guard import (
+        ForkHazardError,
+        ForkHazardWarning,
+        guard,
+        guarded,
+        is_guarded,
+        unguard,
+    )
+else:
+    from .dropin.popen import Popen, call, check_call, check_output, run
 
 __version__ = "0.1.0"
 
