@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
-from .._child import pack as _setup_pack
+from .._child import pack
 from .._child.model import ChildSetup
 from .._rdmaspawn_cffi import ffi, lib
 
@@ -287,7 +287,7 @@ def spawn_flat(argv: Sequence[object], exec_list: Sequence[object],
     ascending, unique, non-negative ints. The hot path of ``fork_exec``, whose
     caller (CPython's ``_execute_child``) hands it exactly that."""
     if setup is not None:
-        return _setup_pack.spawn_with(
+        return pack.spawn_with(
             setup, _spawn_flat, argv, exec_list, env, cwd, stdin, stdout, stderr,
             close_in_child, pass_fds, flags, close_method, umask, pgid, groups, gid, uid,
             fail_status)

@@ -13,8 +13,8 @@ import os
 import subprocess
 from typing import Any, Callable
 
-from .._child import recognize as _childsetup
 from .._child.pack import ChildSetupError
+from .._child.recognize import as_setup
 from .._host.procfs import has_dontfork
 from .._native import capi as _capi
 from .._native import engine as _engine
@@ -96,7 +96,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     if call.preexec_fn is not None:
         # rdmaspawn.preexec helpers and the common stdlib values run in
         # the CLONE_VM child without fork (recognize's table).
-        setup = _childsetup.as_setup(call.preexec_fn)
+        setup = as_setup(call.preexec_fn)
     if call.preexec_fn is not None and setup is None:
         if has_dontfork():
             _refuse_preexec_fn()
