@@ -219,3 +219,24 @@ def test_pythonstartup_runs_and_the_hook_stays(tmp_path: Path) -> None:
                      "rdmaspawn.is_patched())\n", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "RESULT True True" in r.stdout, (r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12),
+                    reason="before 3.12 a subinterpreter loads the core like the main one")
+def test_a_subinterpreter_is_told_the_truth() -> None:
+    """Under RDMASPAWN a subinterpreter runs the hook, and the built C core
+    cannot be loaded there (cffi modules are single-phase): the one line says
+    so, not that the core is unbuilt and needs a pip install."""
+    code = textwrap.dedent("""\
+        try:
+            import _interpreters as interpreters
+        except ImportError:
+            import _xxsubinterpreters as interpreters
+        interp = interpreters.create()
+        interpreters.run_string(interp, "pass")
+    """)
+    res = python("-c", code, value="on")
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and "cannot be loaded in a subinterpreter" in lines[0], lines
+    assert "not built" not in res.stderr and "pip install" not in res.stderr, lines
