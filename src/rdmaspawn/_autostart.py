@@ -68,8 +68,8 @@ def _safely(fn: Callable[[], None], what: str) -> None:
         _say(f"{VARIABLE}: could not adjust {what}: {type(exc).__name__}: {exc}")
 
 
-def _prefer(prefer: Callable[[str], bool], method: str) -> None:
-    if not prefer(method):  # something chose before us (cannot happen at start-up)
+def _prefer(prefer: Callable[[str], object], method: str) -> None:
+    if prefer(method) is None:  # something chose before us (cannot happen at start-up)
         _say(f"multiprocessing's start method was chosen before {VARIABLE} could apply "
              f"{method}: left as it is")
 
