@@ -49,6 +49,7 @@ from typing import Any, Callable
 
 from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
+from ..dropin import poolhandler
 from ..dropin.childsetup import as_setup
 
 __all__ = [
@@ -204,6 +205,9 @@ def guard(action: str = "warn") -> None:
             _installed[key] = wrapper
             _active.add(wrapper)
         _mode = action
+    # A fork refused in a Pool's worker handler must fail the job, not hang
+    # it, however the guard was turned on (now, or when the pool module comes).
+    poolhandler.install_when_imported()
 
 
 def unguard() -> None:
