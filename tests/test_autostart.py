@@ -240,3 +240,21 @@ def test_a_subinterpreter_is_told_the_truth() -> None:
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and "cannot be loaded in a subinterpreter" in lines[0], lines
     assert "not built" not in res.stderr and "pip install" not in res.stderr, lines
+
+
+#: What RDMASPAWN=on must not import at start-up: dataclasses pulled in
+#: inspect, ast and tokenize, ~30-40 ms of CPU per interpreter on 3.13
+#: (benchmarks/startup.py measures the whole cost). dis (~2 ms) stays:
+#: _cpython reads Popen._execute_child's bytecode with it.
+HEAVY_AT_START = ("dataclasses", "inspect", "ast", "tokenize")
+
+
+def test_on_leaves_the_heavy_modules_unimported() -> None:
+    """The start-up cost of ``on`` is subprocess and the engine, not
+    dataclasses and what it imports: none of them is loaded after start-up
+    (checked by presence, not timing)."""
+    code = ("import json, sys; import rdmaspawn; "
+            f"print(json.dumps([m for m in {HEAVY_AT_START!r} if m in sys.modules]))")
+    for value in (None, "on"):
+        r = python("-c", code, value=value)
+        assert (r.returncode, r.stdout.strip()) == (0, "[]"), (value, r.stdout, r.stderr)

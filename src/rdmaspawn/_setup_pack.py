@@ -8,7 +8,6 @@ closed again once the spawn returns).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import os
 import signal
@@ -140,7 +139,7 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
         current = signal.pthread_sigmask(signal.SIG_BLOCK, ())
-        setup = dataclasses.replace(setup, signal_mask=frozenset(int(s) for s in current))
+        setup = setup._replace(signal_mask=frozenset(int(s) for s in current))
     with packed(setup) as ptr:
         def call() -> tuple[int, int]:
             return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr,
