@@ -12,14 +12,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
-try:
-    from ._rdmaspawn_cffi import ffi, lib
-except ImportError as _exc:
-    from ._nocore import why_no_core
-
-    raise ImportError(why_no_core(_exc)) from _exc
-
 from . import _setup_pack
+from ._rdmaspawn_cffi import ffi, lib
 from ._setup import ChildSetup
 
 __all__ = [
