@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What ``RDMASPAWN`` costs an interpreter at start-up: CPU time, side by side.
 
 Starts ``PYTHON -c pass`` (default: this interpreter) ROUNDS times with
@@ -9,7 +8,7 @@ does not inflate it much). Prints the medians (and minima: the least
 disturbed run), their ratio and difference; the README's start-up figure
 is this output.
 
-    python benchmarks/startup.py [--rounds N] [--python PATH]
+    python -m rdmaspawn.bench.startup [--rounds N] [--python PATH]
 """
 from __future__ import annotations
 
