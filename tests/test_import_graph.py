@@ -94,13 +94,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# dropin/patch <-> dropin/startmethod is being reworked on another branch;
-# it is broken after that lands, and this entry then goes.
-_KNOWN = [["rdmaspawn.dropin.patch", "rdmaspawn.dropin.startmethod"]]
-
-
 def test_the_package_has_no_import_circle() -> None:
-    assert circles(import_graph()) == _KNOWN
+    assert circles(import_graph()) == []
 
 
 #: DEVELOPERS.md's layers, lowest first: a module imports from its own layer
