@@ -20,22 +20,31 @@ from subprocess import (
     SubprocessError,
     TimeoutExpired,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import preexec
 from ._child.pack import ChildSetupError
 from ._native.engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
 from .dropin.forkexec import PreexecFnError
-from .dropin.patch import is_patched, patch, patched, unpatch
-from .dropin.popen import (
-    Popen,
-    call,
-    check_call,
-    check_output,
-    getoutput,
-    getstatusoutput,
-    run,
-)
+from .dropin.patch import get_context, is_patched, patch, patched, unpatch
+from .dropin.popen import getoutput, getstatusoutput
+
+if TYPE_CHECKING:
+    # CPython's signatures with rdmaspawn's keywords (scripts/subprocess-stub),
+    # and the lazily loaded tools by their real types.
+    from .dropin.signatures import Popen, call, check_call, check_output, run
+    from .ptyspawn import pty_spawn
+    from .tools.doctor import doctor
+    from .tools.guard import (
+        ForkHazardError,
+        ForkHazardWarning,
+        guard,
+        guarded,
+        is_guarded,
+        unguard,
+    )
+else:
+    from .dropin.popen import Popen, call, check_call, check_output, run
 
 __version__ = "0.1.0"
 
@@ -53,9 +62,7 @@ __all__ = [
 # The user tools load on first use: importing rdmaspawn stays cheap.
 _LAZY = {"pty_spawn": ".ptyspawn", "doctor": ".tools.doctor", "guard": ".tools.guard",
          "unguard": ".tools.guard", "guarded": ".tools.guard", "is_guarded": ".tools.guard",
-         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard",
-         # Imports multiprocessing, which most users of rdmaspawn never need.
-         "get_context": ".dropin.startmethod"}
+         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard"}
 
 
 def __getattr__(name: str) -> Any:

@@ -131,7 +131,8 @@ def test_preexec_cgroup_is_joined_as_the_new_user(cgroup: tuple[str, str]) -> No
     """
     # nobody cannot run this venv's interpreter (under /root); the system's will do.
     python = "/usr/bin/python3"
-    out = last_json(run_with_hazard(code.replace("sys.executable", repr(python)), None))
+    run = run_with_hazard(code.replace("sys.executable", repr(python)), None)
+    out = last_json(run)
     assert out["stock"] == ["SubprocessError", True]
     assert out["ours"] == out["patched"] == ["ChildSetupError", True]
     assert out["keyword"] == [name]

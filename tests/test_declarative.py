@@ -299,8 +299,7 @@ def test_launchers_own_preexec_fn_is_refused_by_the_engine() -> None:
             rdmaspawn.unguard(); rdmaspawn.unpatch()
         print(json.dumps(out))
     """, "madvise")
-    assert run.returncode == 0, run.stderr
-    out = json.loads(run.stdout.splitlines()[-1])
+    out = last_json(run)
     for order, result in out.items():
         assert result is not None, order
         name, is_subprocess_error, message = result
@@ -327,8 +326,7 @@ def test_guard_does_not_advise_the_patch_in_force() -> None:
                 out[state] = str(exc)
         print(json.dumps(out))
     """, "madvise")
-    assert run.returncode == 0, run.stderr
-    out = json.loads(run.stdout.splitlines()[-1])
+    out = last_json(run)
     assert "rdmaspawn.patch()" in out["unpatched"]
     assert "rdmaspawn.patch()" not in out["patched"]
     assert "rdmaspawn.Popen" in out["patched"]

@@ -239,8 +239,9 @@ def test_cpythons_fork_warning_blames_the_caller(tmp_path: Any) -> None:
     line = next(n for n, text in enumerate(lines, 1) if "FORK LINE" in text)
     pty_line = next(n for n, text in enumerate(lines, 1) if "FORKPTY LINE" in text)
     for action in ("warn", "raise"):
-        out = last_json(subprocess.run([sys.executable, str(script), action],
-                                       capture_output=True, text=True, timeout=60))
+        r = subprocess.run([sys.executable, str(script), action], capture_output=True,
+                           text=True, timeout=60)
+        out = last_json(r)
         expected = [["DeprecationWarning", str(script), line]]
         assert out["stock"] == expected
         assert out["guarded fork"] == expected, action

@@ -1,6 +1,6 @@
 """The DONTFORK hazard that rdmaspawn exists for is real, and plant() reproduces it.
 
-Every planting happens in a child interpreter (see hazard_helpers): a process
+Every planting happens in a child interpreter (see helpers.hazard): a process
 carrying the hazard cannot fork() again, and pytest must stay able to.
 """
 

@@ -1,6 +1,6 @@
 """rdmaspawn under the real DONTFORK hazard.
 
-Each test plants the hazard in a child interpreter (hazard_helpers), proves
+Each test plants the hazard in a child interpreter (helpers.hazard), proves
 it is live there (an os.fork() child dies with SIGSEGV), then spawns through
 every rdmaspawn path and through the standard library after patch(): all must
 succeed, and the children must see what CPython's children see without the

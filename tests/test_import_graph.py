@@ -94,13 +94,47 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# dropin/patch <-> dropin/startmethod is being reworked on another branch;
-# it is broken after that lands, and this entry then goes.
-_KNOWN = [["rdmaspawn.dropin.patch", "rdmaspawn.dropin.startmethod"]]
-
-
 def test_the_package_has_no_import_circle() -> None:
-    assert circles(import_graph()) == _KNOWN
+    assert circles(import_graph()) == []
+
+
+#: DEVELOPERS.md's layers, lowest first: a module imports from its own layer
+#: or lower ones only. A module's layer is that of the longest entry that is
+#: the module or a package above it.
+LAYERS: list[tuple[str, ...]] = [
+    # the core: the binding, the child's setup, /proc, what starts first, the
+    # public helpers over them
+    ("rdmaspawn._rdmaspawn_cffi", "rdmaspawn._native", "rdmaspawn._child", "rdmaspawn._host",
+     "rdmaspawn._startup", "rdmaspawn.preexec", "rdmaspawn.ptyspawn"),
+    ("rdmaspawn.dropin",),
+    # beside each other, below the tools: the core and the drop-ins only
+    ("rdmaspawn.testing", "rdmaspawn.bench"),
+    ("rdmaspawn.tools",),
+    # the entry points: the package itself, its CLI, the .pth hook's module
+    ("rdmaspawn", "rdmaspawn.__main__", "rdmaspawn._startup.autostart"),
+]
+
+
+def _layer(module: str) -> tuple[int, str]:
+    """(rank, entry) of the longest LAYERS entry that ``module`` is or lies under."""
+    found = [(len(entry), rank, entry) for rank, entries in enumerate(LAYERS)
+             for entry in entries if module == entry or module.startswith(entry + ".")]
+    _, rank, entry = max(found)
+    assert entry != "rdmaspawn" or module == entry, f"{module} is in no layer: add it to LAYERS"
+    return rank, entry
+
+
+def test_imports_go_down_the_layers() -> None:
+    graph = import_graph()
+    upward = []
+    for module, imported in graph.items():
+        rank, entry = _layer(module)
+        for other in imported:
+            other_rank, other_entry = _layer(other)
+            # testing and bench share a layer, but neither uses the other
+            if other_rank > rank or (other_rank == rank == 2 and other_entry != entry):
+                upward.append(f"{module} -> {other}")
+    assert sorted(upward) == []
 
 
 def test_the_graph_sees_relative_deferred_and_from_imports() -> None:

@@ -8,7 +8,6 @@ closed again once the spawn returns).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import os
 import signal
@@ -161,7 +160,7 @@ def spawn_with(request: SpawnRequest,
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
         current = signal.pthread_sigmask(signal.SIG_BLOCK, ())
-        setup = dataclasses.replace(setup, signal_mask=frozenset(int(s) for s in current))
+        setup = setup._replace(signal_mask=frozenset(int(s) for s in current))
     ids_change = (request.uid is not None or request.gid is not None
                   or request.groups is not None)
     with packed(setup, ids_change) as ptr:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from .._child import pack as _setup_pack
+from .._child import pack
 from .._child.model import ChildSetup
 from .._rdmaspawn_cffi import ffi, lib
 from . import capi as _capi
@@ -253,7 +253,7 @@ def spawn_request(request: SpawnRequest) -> tuple[int, int]:
     declarative setup goes through :mod:`rdmaspawn._child.pack`, which packs
     the setup and calls :func:`spawn_packed` with it."""
     if request.setup is not None:
-        return _setup_pack.spawn_with(request, spawn_packed)
+        return pack.spawn_with(request, spawn_packed)
     return spawn_packed(request, ffi.NULL)
 
 

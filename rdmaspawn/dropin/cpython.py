@@ -14,7 +14,6 @@ the positions of 23 would start the wrong child, silently.
 from __future__ import annotations
 
 import dis
-import inspect
 import operator
 import subprocess
 import sys
@@ -147,9 +146,10 @@ TABLE: dict[tuple[int, int], Internals] = {
 }
 
 #: Where Popen() takes preexec_fn positionally (after args, bufsize, executable
-#: and the three standard streams), read from the running CPython's signature.
-POPEN_PREEXEC_FN_POSITION = list(
-    inspect.signature(subprocess.Popen.__init__).parameters).index("preexec_fn") - 1  # self
+#: and the three standard streams), read from the running CPython's code
+#: object (its parameters come first in co_varnames, self the first of them;
+#: not inspect, which start-up does without).
+POPEN_PREEXEC_FN_POSITION = subprocess.Popen.__init__.__code__.co_varnames.index("preexec_fn") - 1
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
           "LOAD_NAME", "LOAD_FAST_BORROW", "LOAD_FAST_BORROW_LOAD_FAST_BORROW")

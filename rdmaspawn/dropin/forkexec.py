@@ -14,9 +14,9 @@ import os
 import subprocess
 from typing import Any, Callable
 
-from .._child import recognize as _childsetup
 from .._child.model import Chain
 from .._child.pack import ChildSetupError
+from .._child.recognize import as_setup
 from .._host.procfs import has_dontfork
 from .._native import capi as _capi
 from .._native import engine as _engine
@@ -60,7 +60,7 @@ def _name(fn: Any) -> str:
     if isinstance(fn, functools.partial):
         return f"functools.partial({_name(fn.func)}, ...)"
     if isinstance(fn, Chain):  # the members that need fork
-        return ", ".join(_name(part) for part in fn if _childsetup.as_setup(part) is None)
+        return ", ".join(_name(part) for part in fn if as_setup(part) is None)
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     module = getattr(fn, "__module__", None) or type(fn).__module__
     return f"{module}.{qualname}"
@@ -110,7 +110,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     if call.preexec_fn is not None:
         # rdmaspawn.preexec helpers and the common stdlib values run in
         # the CLONE_VM child without fork (recognize's table).
-        setup = _childsetup.as_setup(call.preexec_fn)
+        setup = as_setup(call.preexec_fn)
     if call.preexec_fn is not None and setup is None:
         if has_dontfork():
             _refuse_preexec_fn(call.preexec_fn)

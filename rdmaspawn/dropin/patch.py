@@ -28,11 +28,14 @@ from . import spawnv as _spawnv
 from . import startmethod as _startmethod
 from . import wrapping as _wrapping
 
-__all__ = ["patch", "unpatch", "patched", "is_patched"]
+__all__ = ["patch", "unpatch", "patched", "is_patched", "get_context"]
 
 _lock = threading.Lock()
 # (object, attribute, value before, value we set), in the order applied.
 _applied: list[tuple[Any, str, Any, Any]] | None = None
+# The default start methods patch(start_method=) set, for unpatch() to undo
+# (only those: RDMASPAWN's stays).
+_preferences: list[_startmethod.Preference] = []
 
 
 def _swap(done: list[tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
@@ -49,9 +52,11 @@ def patch(start_method: str | None = None) -> None:
     undone by :func:`unpatch`.
     """
     global _applied
-    if start_method is not None:
-        _startmethod.prefer_start_method(start_method)
     with _lock:
+        if start_method is not None:
+            preference = _startmethod.prefer_start_method(start_method)
+            if preference is not None:
+                _preferences.append(preference)
         if _applied is not None:
             return
         # This CPython calls fork_exec as we know, or no patch at all.
@@ -69,10 +74,12 @@ def patch(start_method: str | None = None) -> None:
 
 
 def unpatch() -> None:
-    """Undo :func:`patch`; harmless when not patched."""
+    """Undo :func:`patch` (and the start method it set, nothing else);
+    harmless when not patched."""
     global _applied
-    _startmethod.restore_start_method()
     with _lock:
+        while _preferences:
+            _startmethod.undo_preference(_preferences.pop())
         if _applied is None:
             return
         for obj, name, old, new in reversed(_applied):
@@ -97,3 +104,20 @@ def patched() -> Iterator[None]:
     finally:
         if not was:
             unpatch()
+
+
+def get_context(method: str = "forkserver") -> Any:
+    """A multiprocessing context whose workers never come from a fork of this process.
+
+    ``"forkserver"`` (the default; CPython 3.14's default on Linux) or
+    ``"spawn"``. Applies ``rdmaspawn.patch()`` (idempotent) so that the
+    server, each spawn child and the resource tracker start through the
+    engine. Workers need what those methods always need: picklable targets
+    and arguments, and a main module that can be imported again (the usual
+    ``if __name__ == "__main__":``).
+    """
+    _startmethod.check_method(method)
+    import multiprocessing
+
+    patch()
+    return multiprocessing.get_context(method)

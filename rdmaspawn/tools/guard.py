@@ -51,6 +51,7 @@ from typing import Any, Callable
 from .._child.recognize import as_setup
 from .._host.procfs import Mapping, dontfork_mappings, has_dontfork
 from ..dropin import cpython as _cpython
+from ..dropin import poolhandler
 from ..dropin import wrapping as _wrapping
 from ..dropin.patch import is_patched
 from .callsite import call_from
@@ -220,6 +221,9 @@ def guard(action: str = "warn") -> None:
             _installed[key] = wrapper
             _active.add(wrapper)
         _mode = action
+    # A fork refused in a Pool's worker handler must fail the job, not hang
+    # it, however the guard was turned on (now, or when the pool module comes).
+    poolhandler.install_when_imported()
 
 
 def unguard() -> None:

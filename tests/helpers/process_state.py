@@ -10,12 +10,20 @@ def open_fds() -> set:
 
 
 def children() -> list:
-    """Every child of this process, zombies included, from the kernel."""
-    out = []
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/children") as f:
-            out += f.read().split()
-    return out
+    """Every child of this process, zombies included, from the kernel.
+
+    Each thread lists the children it started; a thread that exits while
+    this reads hands its children to another one, so a pass in which a
+    thread vanished is read again."""
+    while True:
+        out = []
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/children") as f:
+                    out += f.read().split()
+        except FileNotFoundError:
+            continue
+        return out
 
 
 def rss_kib() -> int:
