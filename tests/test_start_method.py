@@ -22,6 +22,25 @@ def fresh(code: str) -> dict[str, object]:
     return dict(last_json(r))
 
 
+def test_default_method_is_the_one_multiprocessing_would_use() -> None:
+    """default_method() (the doctor's "default" line) names the context a
+    program that chose none gets: CPython's own, then the one preferred."""
+    out = fresh("""
+        import json, multiprocessing as mp
+        from rdmaspawn.dropin.startmethod import default_method, prefer_start_method
+        out = {"own": default_method()}
+        prefer_start_method("spawn")
+        out["preferred"] = default_method()
+        out["used"] = mp.get_start_method()
+        print(json.dumps(out))
+    """)
+    stock = fresh("""
+        import json, multiprocessing as mp
+        print(json.dumps({"used": mp.get_start_method()}))
+    """)
+    assert out == {"own": stock["used"], "preferred": "spawn", "used": "spawn"}
+
+
 def test_preferred_default_leaves_the_program_free_to_choose() -> None:
     """Only the default changes: set_start_method() still works, get_context('fork') forks."""
     out = fresh("""

@@ -26,14 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "rdmaspawn" / "dropin" / "signatures.pyi"
 
 
-def _popen_keywords() -> list[str]:
-    """rdmaspawn.Popen's setup keywords: the keys of setupkeywords._POPEN_KWARGS."""
+def _popen_keywords() -> dict[str, str]:
+    """rdmaspawn.Popen's setup keywords -> the build() parameter each sets
+    (setupkeywords._POPEN_KWARGS)."""
     source = ROOT / "rdmaspawn" / "dropin" / "setupkeywords.py"
     for node in ast.parse(source.read_text()).body:
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "_POPEN_KWARGS" for t in node.targets):
-            return list(ast.literal_eval(node.value))
+            return dict(ast.literal_eval(node.value))
     raise AssertionError(f"{source} has no _POPEN_KWARGS")
+
+
+def _build_types() -> dict[str, tuple[str, str]]:
+    """rdmaspawn._child.model.build()'s keywords -> (annotation, default)."""
+    tree = ast.parse((ROOT / "rdmaspawn" / "_child" / "model.py").read_text())
+    build = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build")
+    return {a.arg: (ast.unparse(a.annotation), ast.unparse(d))
+            for a, d in zip(build.args.kwonlyargs, build.args.kw_defaults)
+            if a.annotation is not None and d is not None}
 
 
 def _this_versions_defs(body: list[ast.stmt], name: str) -> list[ast.FunctionDef]:
@@ -72,10 +82,17 @@ def test_stub_takes_cpythons_arguments_and_rdmaspawns_keywords(name: str) -> Non
     cpython = [p for p in inspect.signature(target).parameters.values()
                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
     positional = [p.name for p in cpython if p.kind == p.POSITIONAL_OR_KEYWORD]
-    extra = _popen_keywords()
+    keywords = _popen_keywords()
+    extra = list(keywords)
+    build = _build_types()
     for fn in defs:
         names = _names(fn)
         assert names[-len(extra):] == extra, ast.dump(fn.args)[:200]
+        # typed and defaulted as build() takes them: rerun scripts/subprocess-stub
+        typed = {a.arg: (ast.unparse(a.annotation), ast.unparse(d))
+                 for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults)
+                 if a.arg in keywords and a.annotation is not None and d is not None}
+        assert typed == {k: build[field] for k, field in keywords.items()}
         # run() & co. take **other_popen_kwargs at run time: the stub names
         # Popen's keywords there, as typeshed does.
         assert set(p.name for p in cpython) <= set(names[:-len(extra)])

@@ -211,7 +211,7 @@ def build(
     pgid: int | None = None,
     umask: int | None = None,
     pdeathsig: int | None = None,
-    rlimits: Any | None = None,
+    rlimits: Mapping[int, tuple[int, int]] | Iterable[tuple[int, tuple[int, int]]] | None = None,
     nice: int | None = None,
     ioprio: tuple[int, int] | None = None,
     cpu_affinity: Iterable[int] | None = None,
@@ -219,7 +219,7 @@ def build(
     ignore_signals: Iterable[int] = (),
     default_signals: Iterable[int] = (),
     signal_mask: Iterable[int] | None = None,
-    cgroup: Any | None = None,
+    cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
     ctty: int | None = None,
     privileged_first: bool = False,
 ) -> ChildSetup:

@@ -2,6 +2,7 @@
 # edit. Over 450 lines because it is typeshed's overloads, one per text mode
 # and CPython version, each with rdmaspawn's keywords added.
 """Types of rdmaspawn.Popen, run, call, check_call and check_output."""
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -54,7 +55,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -99,7 +100,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -144,7 +145,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -190,7 +191,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -235,7 +236,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[bytes]: ...
     @overload
@@ -280,7 +281,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[Any]: ...
 
@@ -327,7 +328,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -371,7 +372,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -415,7 +416,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -460,7 +461,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -504,7 +505,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[bytes]: ...
     @overload
@@ -548,7 +549,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[Any]: ...
 
@@ -593,7 +594,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -636,7 +637,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -679,7 +680,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -723,7 +724,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[str]: ...
     @overload
@@ -766,7 +767,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[bytes]: ...
     @overload
@@ -809,7 +810,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> CompletedProcess[Any]: ...
 
@@ -853,7 +854,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> int: ...
 
@@ -895,7 +896,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> int: ...
 
@@ -935,7 +936,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> int: ...
 
@@ -979,7 +980,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> int: ...
 
@@ -1021,7 +1022,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> int: ...
 
@@ -1061,7 +1062,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> int: ...
 
@@ -1107,7 +1108,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1149,7 +1150,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1191,7 +1192,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1234,7 +1235,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1276,7 +1277,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> bytes: ...
     @overload
@@ -1318,7 +1319,7 @@ if sys.version_info >= (3, 11):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> Any: ...  # morally: -> str | bytes
 
@@ -1362,7 +1363,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1403,7 +1404,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1444,7 +1445,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1486,7 +1487,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1527,7 +1528,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> bytes: ...
     @overload
@@ -1568,7 +1569,7 @@ elif sys.version_info >= (3, 10):
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> Any: ...  # morally: -> str | bytes
 
@@ -1610,7 +1611,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1650,7 +1651,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1690,7 +1691,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1731,7 +1732,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> str: ...
     @overload
@@ -1771,7 +1772,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> bytes: ...
     @overload
@@ -1811,7 +1812,7 @@ else:
         ignore_signals: Iterable[int] = (),
         default_signals: Iterable[int] = (),
         signal_mask: Iterable[int] | None = None,
-        cgroup: StrOrBytesPath | None = None,
+        cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
         controlling_tty: int | None = None,
     ) -> Any: ...  # morally: -> str | bytes
 
@@ -1860,7 +1861,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -1902,7 +1903,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -1945,7 +1946,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -1987,7 +1988,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2029,7 +2030,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2071,7 +2072,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
     elif sys.version_info >= (3, 10):
@@ -2114,7 +2115,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2155,7 +2156,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2197,7 +2198,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2238,7 +2239,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2279,7 +2280,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2320,7 +2321,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
     else:
@@ -2361,7 +2362,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2401,7 +2402,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2442,7 +2443,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2482,7 +2483,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2522,7 +2523,7 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...
         @overload
@@ -2562,6 +2563,6 @@ class Popen(subprocess.Popen[AnyStr]):
             ignore_signals: Iterable[int] = (),
             default_signals: Iterable[int] = (),
             signal_mask: Iterable[int] | None = None,
-            cgroup: StrOrBytesPath | None = None,
+            cgroup: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
             controlling_tty: int | None = None,
         ) -> None: ...

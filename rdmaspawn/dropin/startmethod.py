@@ -33,7 +33,8 @@ from typing import Any, NamedTuple
 
 from .._startup.switch import START_METHODS
 
-__all__ = ["Preference", "check_method", "prefer_start_method", "undo_preference"]
+__all__ = ["Preference", "check_method", "default_method", "prefer_start_method",
+           "undo_preference"]
 
 _lock = threading.Lock()
 
@@ -50,6 +51,15 @@ def _private_context_module() -> Any:
     from multiprocessing import context
 
     return context
+
+
+def default_method() -> str | None:
+    """The start method multiprocessing uses where the program chooses none
+    (what :func:`prefer_start_method` changes); None if that is unreadable."""
+    try:
+        return str(_private_context_module()._default_context._default_context._name)
+    except AttributeError:
+        return None
 
 
 def check_method(method: str) -> None:

@@ -16,6 +16,7 @@ from ..._host.procfs import (
     max_map_count,
     read_environ,
 )
+from ...dropin.startmethod import default_method
 from .classify import classify
 from .facts import (
     ENGINE_MODULE,
@@ -95,13 +96,9 @@ def _self_facts() -> dict[str, Any]:
     guard_mod = sys.modules.get("rdmaspawn.tools.guard")
     facts["guarded"] = guard_mod.is_guarded() if guard_mod is not None else None
     import multiprocessing
-    import multiprocessing.context as mpctx
 
     facts["mp_start_method"] = multiprocessing.get_start_method(allow_none=True)
-    try:
-        facts["mp_default"] = mpctx._default_context._default_context._name  # type: ignore[attr-defined]
-    except AttributeError:
-        facts["mp_default"] = None
+    facts["mp_default"] = default_method()
     import subprocess
 
     facts["use_vfork"] = bool(getattr(subprocess, "_USE_VFORK", True))
