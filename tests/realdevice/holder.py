@@ -4,8 +4,9 @@
 
 KIND: ``malloc``, ``bytearray`` or ``page`` (see ``verbs.py``).  MODE:
 ``stock`` runs CPython's own ways (the control), ``rdmaspawn`` runs
-rdmaspawn.Popen and subprocess under patch(), ``all`` runs every way (for a
-process started under ``rdmaspawn run``, where the stock ways are patched).
+rdmaspawn.Popen and subprocess under patch(), ``stock+rdmaspawn`` both,
+``all`` the stock ways and rdmaspawn.Popen (for a process started under
+``rdmaspawn run``, where the stock ways are patched).
 Prints one JSON line: the registration, whether its page is ``dc`` in smaps,
 ``ibv_is_fork_initialized()``, ``rdmaspawn.fork_status()``, and each way's
 outcome ("exit 0", "signal 11", "raised ForkHazardError", ...).  With
@@ -94,7 +95,13 @@ RDMASPAWN: dict[str, Callable[[], str]] = {
     "patch() subprocess preexec_fn": _patched(subprocess_preexec),
     "patch() subprocess user=": _patched(subprocess_user),
 }
-MODES = {"stock": STOCK, "rdmaspawn": RDMASPAWN, "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen}}
+MODES = {
+    "stock": STOCK,
+    "rdmaspawn": RDMASPAWN,
+    "stock+rdmaspawn": {**STOCK, **RDMASPAWN},
+    # Under `rdmaspawn run` the stock ways are the patched ones.
+    "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
+}
 
 
 def outcome(way: Callable[[], str]) -> str:

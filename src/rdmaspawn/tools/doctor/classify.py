@@ -86,6 +86,10 @@ def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
                        f"anonymous memory bordering other anonymous memory ({what}): likely "
                        "split off a malloc'd block or memory next to Python's object arenas; "
                        "the rest of those pages is lost to a fork() child")
-    return Finding(m, "anon", "low",
-                   "an anonymous mapping of its own (a page-aligned buffer, e.g. mmap or "
-                   "posix_memalign): a fork() child crashes only if it touches this buffer")
+    # Nothing else lives on these pages, so fork() itself and a child that
+    # execs never touch them: the safe way to hold registered memory (checked
+    # on a real registration, tests/realdevice/test_rxe.py).
+    return Finding(m, "anon", "none",
+                   "an anonymous mapping of its own (a page-aligned, page-padded buffer, e.g. "
+                   "mmap): nothing else shares its pages, so fork() works; only a child that "
+                   "touches this buffer itself would crash")
