@@ -4,7 +4,8 @@
 #     copy-on-fork over RDMA netlink) and bullseye's (5.10: predates it);
 #   - busybox-static (the VM's /init and its insmod/depmod);
 #   - libibverbs1 + ibverbs-providers of each rdma-core release the matrix
-#     covers: bullseye 33.2, bookworm 44.0, trixie 56.1, sid (65.0).
+#     covers: bullseye 33.2, bookworm 44.0, trixie 56.1, sid (65.0), with
+#     the libc6 of trixie and sid (their libibverbs needs glibc 2.38).
 # apt runs with private lists (apt-get download, then dpkg-deb -x), as
 # tests/c/arm64_vm.sh does, so the machine's own apt state is not touched.
 #
@@ -103,7 +104,11 @@ for s in $VERBS_SUITES; do
   [ -f "$dir/verbs/$s/.done" ] && continue
   (
     rm -rf "$dir/verbs/$s"
-    download "$s" "$dir/verbs/$s" libibverbs1 ibverbs-providers
+    # trixie's and sid's libibverbs need glibc 2.38: their libc6 comes too,
+    # loaded through its own ld.so (.ci/lanes/rxe.sh, verbs_env).
+    extra=""; case $s in trixie|sid) extra=libc6 ;; esac
+    # shellcheck disable=SC2086
+    download "$s" "$dir/verbs/$s" libibverbs1 ibverbs-providers $extra
     touch "$dir/verbs/$s/.done"
     echo "fetch: libibverbs $s: $(ls "$dir/verbs/$s"/usr/lib/x86_64-linux-gnu/libibverbs.so.1.*)"
   ) & pids+=($!)
