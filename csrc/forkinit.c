@@ -25,7 +25,10 @@
  *   no ibv_is_fork_initialized (rdma-core < 35, no copy-on-fork awareness):
  *                            enabled    if ibv_fork_init() ran here, or
  *                                       RDMAV_FORK_SAFE / IBV_FORK_SAFE is
- *                                       set (it runs at the first device list)
+ *                                       set (it runs at the first device
+ *                                       list), or memory other than device
+ *                                       memory is marked already (someone
+ *                                       else called ibv_fork_init())
  *                            disabled   otherwise (a probe there would make
  *                                       our own ibv_fork_init() fail)
  */
@@ -94,7 +97,9 @@ static int status_of(void *h)
     fork_status_fn is_init = (fork_status_fn)dlsym(h, "ibv_is_fork_initialized");
     if (!is_init) {
         int by_env = getenv("RDMAV_FORK_SAFE") || getenv("IBV_FORK_SAFE");
-        return initialized_here || by_env ? RS_FORK_ENABLED : RS_FORK_DISABLED;
+        if (initialized_here || by_env || rs_dontfork_anywhere() != 0)
+            return RS_FORK_ENABLED;
+        return RS_FORK_DISABLED;
     }
     switch (is_init()) {
     case IBV_FORK_ENABLED:

@@ -29,30 +29,53 @@
 
 typedef int (*range_fn)(void *, size_t);
 
-/* 1 if the mapping holding addr has VmFlags "dc", 0 if not, -1 if unknown. */
-static int page_marked(uintptr_t addr)
+/* Device memory (uverbs doorbells and queues) is marked by its driver, not
+ * by libibverbs; POSIX shared memory under /dev/shm is ordinary memory. */
+static int is_device(const char *path)
+{
+    return strncmp(path, "/dev/", 5) == 0 && strncmp(path, "/dev/shm/", 9) != 0;
+}
+
+/* From /proc/self/smaps: with addr, 1 if the mapping holding it is "dc"
+ * (MADV_DONTFORK), 0 if not; with addr 0, 1 if any mapping that is not
+ * device memory is. -1 if smaps cannot be read or addr is not mapped. */
+static int smaps_dc(uintptr_t addr)
 {
     FILE *f = fopen("/proc/self/smaps", "re");
     char line[8192];
-    int at_start = 1, inside = 0, marked = -1;
+    int at_start = 1, inside = 0, found = addr ? -1 : 0;
     if (!f)
         return -1;
     while (fgets(line, sizeof line, f)) {
         size_t n = strlen(line);
         int whole = n > 0 && line[n - 1] == '\n';
         unsigned long lo, hi;
-        /* A mapping's first line ("lo-hi perms ..."); a long path's rest of a
-         * line, read as a new fgets, is not one. */
-        if (at_start && sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
-            inside = addr >= lo && addr < hi;
+        int path_at = 0;
+        /* A mapping's first line ("lo-hi perms offset dev inode path"); the
+         * rest of a long line, read by the next fgets, is not one. */
+        if (at_start && sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path_at) >= 2
+                && path_at > 0) {
+            inside = addr ? addr >= lo && addr < hi : !is_device(line + path_at);
         } else if (at_start && inside && strncmp(line, "VmFlags:", 8) == 0) {
-            marked = strstr(line, " dc") != NULL;
-            break;
+            int dc = strstr(line, " dc") != NULL;
+            if (addr) {
+                found = dc;
+                break;
+            }
+            if (dc) {
+                found = 1;
+                break;
+            }
         }
         at_start = whole;
     }
     fclose(f);
-    return marked;
+    return found;
+}
+
+int rs_dontfork_anywhere(void)
+{
+    return smaps_dc(0);
 }
 
 int rs_verbs_marks(void *verbs)
@@ -68,7 +91,7 @@ int rs_verbs_marks(void *verbs)
         return -1;
     int marked = -1;
     if (dontfork(p, (size_t)page) == 0) {
-        marked = page_marked((uintptr_t)p);
+        marked = smaps_dc((uintptr_t)p);
         dofork(p, (size_t)page);
     }
     munmap(p, (size_t)page);

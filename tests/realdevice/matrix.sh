@@ -3,9 +3,9 @@
 #
 #   tests/realdevice/matrix.sh CACHE PYTHON OUT
 #
-# For each libibverbs of CACHE/verbs (fetch.sh) and each way of turning fork
-# protection on (matrix_probe.py's SETUP), one probe process, its JSON line
-# (with the suite added) appended to OUT.  The library is selected with
+# For each libibverbs of CACHE/verbs (fetch.sh), one matrix_probe.py (a cell
+# per way of turning fork protection on), its JSON lines (with the suite
+# added) appended to OUT.  The library is selected with
 # LD_LIBRARY_PATH, its own rxe provider with RDMAV_DRIVERS (an absolute path:
 # libibverbs dlopens it with its provider suffix, -rdmavNN.so), and for the
 # releases that need a newer glibc than the machine's, through their own
@@ -21,14 +21,15 @@ for suite in bullseye bookworm trixie sid; do
   [ -f "$lib/libibverbs.so.1" ] || { echo "matrix: no libibverbs for $suite"; rc=1; continue; }
   run=("$python")
   [ -x "$lib/ld-linux-x86-64.so.2" ] && run=("$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$python")
-  for setup in none env ibv_fork_init rdmaspawn.fork_init; do
-    env=(LD_LIBRARY_PATH="$lib" RDMAV_DRIVERS="$lib/libibverbs/librxe")
-    [ "$setup" = env ] && env+=(RDMAV_FORK_SAFE=1)
-    if line=$(env "${env[@]}" "${run[@]}" "$here/matrix_probe.py" "$setup"); then
-      echo "${line%\}}, \"suite\": \"$suite\"}" | tee -a "$out"
-    else
-      echo "matrix: probe $suite $setup failed"; rc=1
-    fi
-  done
+  probe_err=$(mktemp)
+  # libibverbs warns on stderr about every provider of /etc/libibverbs.d it
+  # cannot find: shown only when the probe fails.
+  if env LD_LIBRARY_PATH="$lib" RDMAV_DRIVERS="$lib/libibverbs/librxe" \
+       "${run[@]}" "$here/matrix_probe.py" 2>"$probe_err" >"$probe_err.out"; then
+    sed "s/}\$/, \"suite\": \"$suite\"}/" "$probe_err.out" | tee -a "$out"
+  else
+    cat "$probe_err.out" "$probe_err"; echo "matrix: probe $suite failed"; rc=1
+  fi
+  rm -f "$probe_err" "$probe_err.out"
 done
 exit $rc

@@ -1,17 +1,18 @@
-"""One cell of the rdma-core matrix: how one way of turning fork protection on behaves.
+"""The rdma-core matrix's cells for one libibverbs: how each way of turning fork protection on behaves.
 
-    python matrix_probe.py SETUP
+    python matrix_probe.py
 
-SETUP: ``none`` (nothing asked), ``env`` (run with RDMAV_FORK_SAFE=1: the
-caller sets it), ``ibv_fork_init`` (called before registering) or
+The libibverbs is whichever the environment selects (LD_LIBRARY_PATH,
+RDMAV_DRIVERS: see matrix.sh).  For each SETUP, a child forked before
+libibverbs is loaded (so the fork is harmless, and the imports are paid
+once): ``none`` (nothing asked), ``env`` (RDMAV_FORK_SAFE=1 set before
+libibverbs loads), ``ibv_fork_init`` (called before registering) or
 ``rdmaspawn.fork_init`` (the same through rdmaspawn, which skips it where the
-kernel copies pinned pages).  The libibverbs is whichever the environment
-selects (LD_LIBRARY_PATH, IBV_CONFIG_DIR: see .ci/lanes/rxe.sh).  Registers a
-thread arena's malloc block on the first device (verbs.py's ``malloc``), then
-prints one JSON line: what ibv_fork_init() returned, what
-ibv_is_fork_initialized() answers, whether the page is ``dc``, whether a
-fork() child (which only _exits) dies, and what rdmaspawn.fork_status(),
-rdmaspawn.fork_init() and the doctor say.
+kernel copies pinned pages).  The child registers a thread arena's malloc
+block on the first device (verbs.py's ``malloc``) and prints one JSON line:
+what ibv_fork_init() returned, what ibv_is_fork_initialized() answers,
+whether the page is ``dc``, whether a fork() child (which only _exits) dies,
+and what rdmaspawn.fork_status(), rdmaspawn.fork_init() and the doctor say.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ def fork_child() -> str:
         f"exit {os.WEXITSTATUS(status)}"
 
 
-def main() -> int:
-    setup = sys.argv[1]
+SETUPS = ("none", "env", "ibv_fork_init", "rdmaspawn.fork_init")
+
+
+def cell(setup: str) -> dict:
     out: dict = {"setup": setup}
+    if setup == "env":
+        os.environ["RDMAV_FORK_SAFE"] = "1"
     if setup == "rdmaspawn.fork_init":
         try:
             out["fork_init"] = rdmaspawn.fork_init().state
@@ -67,8 +72,27 @@ def main() -> int:
     report = doctor(None)
     out.update(doctor=report.verdict, doctor_case=report.fork_protection.case,
                fork=fork_child())
-    print(json.dumps(out), flush=True)
-    return 0
+    return out
+
+
+def main() -> int:
+    if any("ibverbs" in line for line in open("/proc/self/maps")):
+        raise SystemExit("libibverbs is loaded already: the setups need a fresh one each")
+    failed = 0
+    for setup in SETUPS:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                print(json.dumps(cell(setup)), flush=True)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            print(f"matrix_probe: {setup}: wait status {status}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
