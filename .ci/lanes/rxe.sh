@@ -8,13 +8,13 @@
 # 1. At once: tests/realdevice/fetch.sh (the 6.1 and 5.10 kernels, busybox,
 #    libibverbs 33.2/44.0/56.1/65.0: apt-get download with private lists),
 #    and a venv per CPython (3.9 and 3.13: both fork paths of subprocess)
-#    with pytest and the x86_64 wheel from CI_WHEELHOUSE (polled for; without
-#    CI_WHEELHOUSE a wheel built from a copy of CI_REPO).
+#    with pytest, then the x86_64 wheel from CI_WHEELHOUSE (polled for;
+#    without CI_WHEELHOUSE a wheel built from a copy of CI_REPO).
 # 2. Two VMs at once (tests/realdevice/rxe_vm.sh), the host's / read-only
-#    over 9p, rxe0 over a dummy netdev in each:
-#    - Linux 6.1 (reports copy-on-fork): tests/realdevice/test_rxe.py on
-#      3.13 and 3.9, then the matrix (matrix.sh) for the four libibverbs;
-#    - Linux 5.10 (predates copy-on-fork): the matrix.
+#    over 9p, rxe0 over a dummy netdev in each, each running
+#    tests/realdevice/test_rxe.py and then the matrix (matrix.sh) for the
+#    four libibverbs: Linux 6.1 (reports copy-on-fork) with CPython 3.13,
+#    Linux 5.10 (predates it) with CPython 3.9.
 #    A VM is killed when its console has been silent for 120 s (progress,
 #    not a total, tells a hang from slowness).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
@@ -56,6 +56,18 @@ say "fetching kernels, busybox and four libibverbs into $cache"
 bash "$repo/tests/realdevice/fetch.sh" "$cache" >"$work/fetch.log" 2>&1 &
 fetch_pid=$!; pids+=("$fetch_pid")
 
+newest() { ls -d "$pyenv/$1".* 2>/dev/null | sort -V | tail -n 1; }
+# The venvs with pytest and cffi at once, while the wheel is still on its way.
+for m in $MINORS; do
+  base=$(newest "$m")
+  [ -n "$base" ] || { say "no CPython $m under $pyenv"; exit 1; }
+  (
+    "$base/bin/python" -m venv "$work/venv-$m" &&
+    "$work/venv-$m/bin/python" -m pip install -q pytest "cffi>=1.15"
+  ) >"$work/venv-$m.log" 2>&1 &
+  pids+=($!)
+done
+
 # The wheel: CI's own x86_64 one, or one built here from a copy of the repo.
 wheel=""
 if [ -n "$wheelhouse" ]; then
@@ -68,32 +80,23 @@ if [ -n "$wheelhouse" ]; then
     [ $((waited % 60)) -eq 0 ] && say "still waiting for the wheel (${waited}s)"
     sleep 5; waited=$((waited + 5))
   done
-fi
-newest() { ls -d "$pyenv/$1".* 2>/dev/null | sort -V | tail -n 1; }
-first=$(newest 3.13)
-[ -n "$first" ] || { say "no CPython 3.13 under $pyenv"; exit 1; }
-if [ -z "$wheel" ]; then
+else
   say "building a wheel from a copy of $repo"
   mkdir -p "$work/src" "$work/wheel"
   (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
      xargs -0 cp --parents -t "$work/src" 2>/dev/null)
-  "$first/bin/python" -m pip wheel -q --no-deps -w "$work/wheel" "$work/src" \
+  "$(newest 3.13)/bin/python" -m pip wheel -q --no-deps -w "$work/wheel" "$work/src" \
     >"$work/wheel.log" 2>&1 || { cat "$work/wheel.log"; exit 1; }
   wheel=$(ls "$work"/wheel/rdmaspawn-*.whl | head -n 1)
 fi
 say "wheel: $(basename "$wheel")"
-for m in $MINORS; do
-  base=$(newest "$m")
-  [ -n "$base" ] || { say "no CPython $m under $pyenv"; exit 1; }
-  (
-    "$base/bin/python" -m venv "$work/venv-$m" &&
-    "$work/venv-$m/bin/python" -m pip install -q pytest "$wheel"
-  ) >"$work/venv-$m.log" 2>&1 &
-  pids+=($!)
-done
 fail_setup=0
 for p in "${pids[@]}"; do wait "$p" || fail_setup=1; done
 pids=()
+for m in $MINORS; do
+  "$work/venv-$m/bin/python" -m pip install -q --no-deps "$wheel" >>"$work/venv-$m.log" 2>&1 ||
+    fail_setup=1
+done
 if [ $fail_setup -ne 0 ]; then
   cat "$work/fetch.log" "$work"/venv-*.log; say "setup failed"; exit 1
 fi
@@ -107,33 +110,32 @@ for k in 6.1 5.10; do
   printf '%s\n' /usr /etc "$pyenv" "$work" "$(cd "$cache" && pwd)" >"$work/vm-$k/binds"
 done
 tests="$work/tests/realdevice"
-cat >"$work/vm-6.1/job.sh" <<JOB
+# job KERNEL MINOR: the VM's job: test_rxe.py on CPython MINOR, then the matrix.
+job() {
+  cat <<JOB
 set -o pipefail
 export PYTHONDONTWRITEBYTECODE=1 RDMASPAWN_REQUIRE_RXE=1
 rdma link add rxe0 type rxe netdev d0 || { echo "rxe-lane: no rxe0"; exit 3; }
 echo "rxe-lane: \$(rdma link show rxe0/1)"
 cd "$work/tests"
 rc=0
-for m in $MINORS; do
-  mkdir -p "$work/vm-6.1/out-\$m"
-  RDMASPAWN_RXE_OUT="$work/vm-6.1/out-\$m" "$work/venv-\$m/bin/python" -m pytest \\
-    -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
-    tee "$work/vm-6.1/pytest-\$m.log" | sed -u "s/^/[\$m] /" || rc=1
-done
+mkdir -p "$work/vm-$1/out"
+RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
+  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
+  tee "$work/vm-$1/pytest.log" || rc=1
 # Only the matrix's own provider (RDMAV_DRIVERS): hide the system's config,
 # which would also load the machine's librxe (of its own rdma-core).
 mount -t tmpfs none /etc/libibverbs.d
-bash "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-6.1/matrix.jsonl" || rc=1
+bash "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" || rc=1
 exit \$rc
 JOB
-cat >"$work/vm-5.10/job.sh" <<JOB
-export PYTHONDONTWRITEBYTECODE=1
-rdma link add rxe0 type rxe netdev d0 || { echo "rxe-lane: no rxe0"; exit 3; }
-mount -t tmpfs none /etc/libibverbs.d
-bash "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-5.10/matrix.jsonl"
-JOB
+}
+# Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
+# in subprocess) on 5.10; both VMs run the matrix.
+job 6.1 3.13 >"$work/vm-6.1/job.sh"
+job 5.10 3.9 >"$work/vm-5.10/job.sh"
 
-say "booting Linux 6.1 (tests, matrix) and 5.10 (matrix)"
+say "booting Linux 6.1 and 5.10 (each: test_rxe.py, then the matrix)"
 declare -A vm_rc
 bash "$tests/rxe_vm.sh" "$cache" bullseye "$work/vm-5.10" 2>&1 | sed -u 's/^/[5.10] /' &
 pid510=$!; pids+=("$pid510")
@@ -172,7 +174,8 @@ count() {  # count NAME LOG: print LOG's closing line, add up its counts
   passed=$((passed + p)); failed=$((failed + f + e))
 }
 echo
-for m in $MINORS; do count "test_rxe.py on $m (Linux 6.1)" "$work/vm-6.1/pytest-$m.log"; done
+count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
+count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
 count "test_matrix.py (6.1 and 5.10)" "$work/matrix-pytest.log"
 status=0
 for k in 6.1 5.10; do

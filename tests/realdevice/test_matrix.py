@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 import matrix_table
+import pytest
 
 DOC = Path(os.environ.get("RDMASPAWN_RXE_DOC",
                           Path(__file__).resolve().parents[2] / "docs" / "rdma-core-matrix.md"))

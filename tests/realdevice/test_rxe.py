@@ -12,6 +12,8 @@ lives and fork() has to work.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -19,6 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from rdmaspawn.tools.doctor.cli import main as doctor_cli
 
 HERE = Path(__file__).resolve().parent
 HOLDER = str(HERE / "holder.py")
@@ -114,34 +118,38 @@ def test_rdmaspawn_ways(held):
             assert result == "exit 0", (way, result)
 
 
-def _doctor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rdmaspawn", "doctor", *args, "--json"],
-                          stdout=subprocess.PIPE, text=True)
+def _doctor(*args: str) -> tuple[str, int]:
+    """``rdmaspawn doctor ARGS --json``: its output and exit status.  Its CLI
+    runs in this process, since starting an interpreter costs seconds in the VM."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = doctor_cli([*args, "--json"])
+    return out.getvalue(), code
 
 
 def test_doctor_pid(held):
     """doctor --pid on the real holder: HAZARD where malloc's arena or Python's
     objects share the page, OK for the lone page; the uverbs mappings
     (doorbells, /dev/infiniband/uverbs0) never count."""
-    res = _doctor("--pid", str(held.pid))
-    report = json.loads(res.stdout)
+    stdout, code = _doctor("--pid", str(held.pid))
+    report = json.loads(stdout)
     kind = held.report["kind"]
     _record(f"doctor-{kind}", {"verdict": report["verdict"], "findings": report["findings"]})
     device = [f for f in report["findings"] if "infiniband" in (f["path"] or "")]
     assert all(f["risk"] == "none" for f in device), device
     assert report["verdict"] == ("OK" if kind == "page" else "HAZARD"), report["findings"]
-    assert res.returncode == (0 if kind == "page" else 1)
+    assert code == (0 if kind == "page" else 1)
 
 
 def test_doctor_all(held):
     """doctor --all names the holder, hazardous unless it holds the lone page."""
-    res = _doctor("--all")
-    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    stdout, code = _doctor("--all")
+    lines = [json.loads(x) for x in stdout.splitlines()]
     mine = [x for x in lines if x.get("type") == "process" and x["pid"] == held.pid]
     assert len(mine) == 1, lines
     assert mine[0]["hazardous"] is (held.report["kind"] != "page"), mine[0]
     if held.report["kind"] != "page":
-        assert res.returncode == 1
+        assert code == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
