@@ -32,7 +32,7 @@ apt_for() {
   fi
   echo -o Dir::Etc::SourceList="$st/sources.list" -o Dir::Etc::SourceParts=/dev/null \
     -o Dir::State::Lists="$st/lists" -o Dir::Cache="$st/cache" \
-    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= \
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o Acquire::Languages=none \
     -o Dir::State::status=/dev/null -o Debug::NoLocking=1 \
     -o APT::Sandbox::User=root -o APT::Architecture=amd64 -o APT::Architectures::=amd64
 }
