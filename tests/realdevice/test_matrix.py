@@ -67,3 +67,23 @@ def test_fork_init_marks_only_where_needed(cell):
 def test_page_matches_the_run():
     """docs/rdma-core-matrix.md is this run's table (regenerate it with matrix_table.py)."""
     assert DOC.read_text() == matrix_table.table(CELLS)
+
+
+def _rows(suite: str, kernel: str) -> list[dict]:
+    return [c for c in CELLS if c["suite"] == suite and c["kernel"] == kernel]
+
+
+@pytest.mark.parametrize("cell", [c for c in CELLS if c["setup"] == "none"], ids=_id)
+def test_doctor_sentence_matches_the_library(cell):
+    """The doctor's fork-protection case (its sentence about the machine) says
+    whether this libibverbs marks once fork protection is on: 'unneeded' means
+    no way of turning it on marks; the marking cases mean RDMAV_FORK_SAFE=1 does."""
+    rows = _rows(cell["suite"], cell["kernel"])
+    assert len({r["doctor_case"] for r in rows}) == 1, rows
+    env = [r for r in rows if r["setup"] == "env"]
+    assert len(env) == 1
+    if cell["doctor_case"] == "unneeded":
+        assert not any(r["dc"] for r in rows), rows
+    else:
+        assert cell["doctor_case"] in ("verbs-old", "kernel-old", "cannot-ask"), cell
+        assert env[0]["dc"], env[0]
