@@ -45,6 +45,7 @@ say() { printf '[rxe %4ds] %s\n' "$((SECONDS - start))" "$*"; }
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT
+trap "exit 143" TERM INT HUP
 
 if ! command -v qemu-system-x86_64 >/dev/null; then
   say "installing qemu-system-x86"
@@ -136,12 +137,15 @@ job 6.1 3.13 >"$work/vm-6.1/job.sh"
 job 5.10 3.9 >"$work/vm-5.10/job.sh"
 
 say "booting Linux 6.1 and 5.10 (each: test_rxe.py, then the matrix)"
-declare -A vm_rc
-bash "$tests/rxe_vm.sh" "$cache" bullseye "$work/vm-5.10" 2>&1 | sed -u 's/^/[5.10] /' &
-pid510=$!; pids+=("$pid510")
-bash "$tests/rxe_vm.sh" "$cache" bookworm "$work/vm-6.1" 2>&1 | sed -u 's/^/[6.1] /'
-vm_rc[6.1]=${PIPESTATUS[0]}
-wait "$pid510"; vm_rc[5.10]=$?
+# Each VM's script in the background with its own pid (a process
+# substitution labels its lines), so that cleanup can stop it, and its qemu.
+declare -A vm_rc vm_pid
+for k in 6.1 5.10; do
+  suite=bookworm; [ "$k" = 5.10 ] && suite=bullseye
+  bash "$tests/rxe_vm.sh" "$cache" "$suite" "$work/vm-$k" > >(sed -u "s/^/[$k] /") 2>&1 &
+  vm_pid[$k]=$!; pids+=("${vm_pid[$k]}")
+done
+for k in 6.1 5.10; do wait "${vm_pid[$k]}"; vm_rc[$k]=$?; done
 pids=()
 say "VMs done: 6.1 exit ${vm_rc[6.1]}, 5.10 exit ${vm_rc[5.10]}"
 

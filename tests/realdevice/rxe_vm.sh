@@ -31,6 +31,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT HUP
 mkdir -p "$work"/root/{bin,ko,proc,sys,dev}
 cp "$cache/busybox" "$work/root/bin/busybox"
 cp "$here/init.sh" "$work/root/init"
