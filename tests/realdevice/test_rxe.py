@@ -135,6 +135,8 @@ def test_doctor_pid(held):
     report = json.loads(stdout)
     kind = held.report["kind"]
     _record(f"doctor-{kind}", {"verdict": report["verdict"], "findings": report["findings"]})
+    with open(f"/proc/{held.pid}/maps") as f:
+        assert "/dev/infiniband/uverbs" in f.read()  # the completion queue's ring
     device = [f for f in report["findings"] if "infiniband" in (f["path"] or "")]
     assert all(f["risk"] == "none" for f in device), device
     assert report["verdict"] == ("OK" if kind == "page" else "HAZARD"), report["findings"]

@@ -47,6 +47,8 @@ def _library() -> ctypes.CDLL:
     lib.ibv_alloc_pd.argtypes = [vp]
     lib.ibv_reg_mr.restype = vp
     lib.ibv_reg_mr.argtypes = [vp, vp, ctypes.c_size_t, ctypes.c_int]
+    lib.ibv_create_cq.restype = vp
+    lib.ibv_create_cq.argtypes = [vp, ctypes.c_int, vp, vp, ctypes.c_int]
     lib.ibv_fork_init.restype = ctypes.c_int
     lib.ibv_fork_init.argtypes = []
     return lib
@@ -68,6 +70,12 @@ class Device:
         self.pd = self.lib.ibv_alloc_pd(self.context)
         if not self.pd:
             raise VerbsError(ctypes.get_errno(), "ibv_alloc_pd failed")
+        # A completion queue, as every real user has: its ring is mapped from
+        # the uverbs device (/dev/infiniband/uverbs0), which the doctor must
+        # not count as a hazard.
+        self.cq = self.lib.ibv_create_cq(self.context, 16, None, None, 0)
+        if not self.cq:
+            raise VerbsError(ctypes.get_errno(), "ibv_create_cq failed")
         self._keep: list[object] = []
 
     def fork_state(self) -> str:
