@@ -7,18 +7,22 @@ A :class:`ChildSetup` is two things at once:
 - an ordinary callable doing the same with Python calls, so that the same
   value works as ``preexec_fn`` under stock CPython (in its forked child).
 
-The order is the same on both paths, and right for privileges: session and
-group, signals, cgroup, controlling tty, limits and priorities, (the ids
-change here on the engine path), no_new_privs, and the death signal last,
-because the kernel clears it on a credential change.
+The order is the same on both paths: session and group, signals, cgroup,
+controlling tty, limits and priorities, no_new_privs, and the death signal
+last, because the kernel clears it on a credential change. Where the ids
+change (``user=``, ``group=``, ``extra_groups=``) matters for the cgroup,
+tty, limits and priorities: a ``preexec_fn`` (a helper of
+``rdmaspawn.preexec``, a recognised stdlib value) does them after the
+change, where CPython calls it, so that it is allowed and refused as there;
+rdmaspawn.Popen's keywords (``privileged_first``) do them before it, so that
+a limit or a priority the new user may not set still can be.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["Chain", "ChildSetup", "build", "merge", "signal_bits"]
 
@@ -30,9 +34,11 @@ _SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30}
 _RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
 
 
-@dataclasses.dataclass(frozen=True)
-class ChildSetup:
+class ChildSetup(NamedTuple):
     """What the child does between clone and exec; every field optional.
+
+    A NamedTuple, not a dataclass: ``dataclasses`` imports ``inspect`` and
+    ``ast``, ~30 ms of every interpreter's start-up under ``RDMASPAWN``.
 
     ``nice`` is an increment, as ``os.nice``; ``ioprio`` is ``(class, level)``;
     ``rlimits`` is a tuple of ``(resource, soft, hard)``; signal sets hold
@@ -55,6 +61,15 @@ class ChildSetup:
     cpu_affinity: frozenset[int] | None = None
     no_new_privs: bool = False
     pdeathsig: int | None = None
+    #: The cgroup, tty, limits and priorities before the id change (Popen's
+    #: keywords), not after it (where CPython calls a preexec_fn).
+    privileged_first: bool = False
+
+    def has_privileged_steps(self) -> bool:
+        """Whether a step whose outcome depends on the ids is set."""
+        return (self.cgroup is not None or self.ctty is not None or bool(self.rlimits)
+                or self.nice is not None or self.ioprio is not None
+                or self.cpu_affinity is not None)
 
     def __call__(self) -> None:
         """Do it all with Python calls: the value as a stock ``preexec_fn``."""
@@ -72,8 +87,7 @@ class ChildSetup:
         if self.signal_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.signal_mask)
         if self.cgroup is not None:
-            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
-                procs.write("0")
+            _join_cgroup(self.cgroup)
         if self.ctty is not None:
             import fcntl
             import termios
@@ -83,7 +97,7 @@ class ChildSetup:
             import resource
 
             for res, soft, hard in self.rlimits:
-                resource.setrlimit(res, (soft, hard))
+                resource.setrlimit(res, (_python_rlimit(soft), _python_rlimit(hard)))
         if self.nice is not None:
             os.nice(self.nice)
         if self.ioprio is not None:
@@ -108,6 +122,27 @@ class Chain(tuple):  # type: ignore[type-arg]
             fn()
 
 
+def _join_cgroup(path: str) -> None:
+    # As the engine's parent opens them (_setup_pack): the directory, then
+    # its cgroup.procs without O_CREAT, so that "" or a directory that is
+    # no cgroup fails with FileNotFoundError instead of creating the file.
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=directory)
+    finally:
+        os.close(directory)
+    try:
+        os.write(procs, b"0")
+    finally:
+        os.close(procs)
+
+
+def _python_rlimit(value: int) -> int:
+    # The packed form keeps RLIM_INFINITY as all ones (prlimit64's); the
+    # resource module spells it -1 and rejects the unsigned value.
+    return -1 if value == _RLIM_INFINITY else value
+
+
 def _libc_call(name: str, *args: int) -> None:
     import ctypes  # only in a forked child, under stock CPython
 
@@ -126,10 +161,10 @@ def ioprio_value(ioprio: tuple[int, int]) -> int:
 def merge(first: ChildSetup, second: ChildSetup) -> ChildSetup:
     """Both setups, ``second`` winning where both set the same thing."""
     changes: dict[str, Any] = {}
-    for field in dataclasses.fields(ChildSetup):
-        value = getattr(second, field.name)
-        if value != field.default:
-            changes[field.name] = value
+    for name, default in ChildSetup._field_defaults.items():
+        value = getattr(second, name)
+        if value != default:
+            changes[name] = value
     if first.rlimits and second.rlimits:
         mine = {res: (res, soft, hard) for res, soft, hard in first.rlimits}
         mine.update({res: (res, soft, hard) for res, soft, hard in second.rlimits})
@@ -138,7 +173,15 @@ def merge(first: ChildSetup, second: ChildSetup) -> ChildSetup:
                                  | second.ignore_signals)
     changes["default_signals"] = (first.default_signals - second.ignore_signals
                                   | second.default_signals)
-    return dataclasses.replace(first, **changes)
+    # One order for the privileged steps: that of the setup that has them
+    # (the keywords' when both have: a known limit, see docs/preexec.md).
+    if not second.has_privileged_steps():
+        changes["privileged_first"] = first.privileged_first
+    elif first.has_privileged_steps():
+        changes["privileged_first"] = first.privileged_first or second.privileged_first
+    else:
+        changes["privileged_first"] = second.privileged_first
+    return first._replace(**changes)
 
 
 def signal_bits(signals: Iterable[int]) -> int:
@@ -177,6 +220,7 @@ def build(
     signal_mask: Iterable[int] | None = None,
     cgroup: Any | None = None,
     ctty: int | None = None,
+    privileged_first: bool = False,
 ) -> ChildSetup:
     """A checked :class:`ChildSetup`: bad values fail here, in the parent.
 
@@ -212,6 +256,7 @@ def build(
         cpu_affinity=cpus,
         no_new_privs=bool(no_new_privs),
         pdeathsig=None if pdeathsig is None else _signal(pdeathsig),
+        privileged_first=bool(privileged_first),
     )
 
 
