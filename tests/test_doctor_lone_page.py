@@ -3,7 +3,8 @@
 A page-aligned, page-padded registered buffer shares its pages with nothing,
 so fork() works (measured on a real registration in
 tests/realdevice/test_rxe.py); the doctor says OK for it, and HAZARD as soon as
-the marked page borders other anonymous memory.
+the marked page borders other anonymous memory (guard pages, PROT_NONE, hold
+nothing and do not count).
 """
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ base = libc.mmap(None, 3 * page, mmap.PROT_READ | mmap.PROT_WRITE,
 if sys.argv[1] == "lone":
     libc.munmap(base, page)
     libc.munmap(base + 2 * page, page)
-if sys.argv[1] != "lone":
+elif sys.argv[1] == "guarded":
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.mprotect(base, page, 0)
+    libc.mprotect(base + 2 * page, page, 0)
+else:
     ctypes.memset(base, 1, page)
 ctypes.memset(base + page, 1, page)
 assert libc.madvise(base + page, page, 10) == 0  # MADV_DONTFORK
@@ -51,10 +56,12 @@ def _doctor_on(layout: str) -> tuple[dict, int, str]:
 
 @pytest.mark.parametrize("layout, kind, verdict", [
     ("lone", "anon", "OK"),
+    ("guarded", "anon", "OK"),
     ("bordered", "anon-adjacent", "HAZARD"),
 ])
 def test_marked_page_verdict(layout, kind, verdict):
-    """A marked page with unmapped neighbours is OK; bordered by anonymous memory, HAZARD."""
+    """A marked page with unmapped neighbours, or inaccessible guard pages, is OK;
+    bordered by anonymous memory, HAZARD."""
     report, rc, address = _doctor_on(layout)
     mine = [f for f in report["findings"] if f["start"] == address]
     assert len(mine) == 1, report["findings"]

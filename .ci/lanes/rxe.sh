@@ -120,14 +120,17 @@ rdma link add rxe0 type rxe netdev d0 || { echo "rxe-lane: no rxe0"; exit 3; }
 echo "rxe-lane: \$(rdma link show rxe0/1)"
 cd "$work/tests"
 rc=0
+# The matrix beside the tests (the VM has two CPUs), in a mount namespace of
+# its own where an empty /etc/libibverbs.d leaves only the matrix's provider
+# (RDMAV_DRIVERS), not also the machine's librxe of its own rdma-core.
+unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"' \\
+  "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" &
+matrix=\$!
 mkdir -p "$work/vm-$1/out"
 RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
   tee "$work/vm-$1/pytest.log" || rc=1
-# Only the matrix's own provider (RDMAV_DRIVERS): hide the system's config,
-# which would also load the machine's librxe (of its own rdma-core).
-mount -t tmpfs none /etc/libibverbs.d
-bash "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" || rc=1
+wait \$matrix || rc=1
 exit \$rc
 JOB
 }

@@ -12,8 +12,8 @@ Three registrations, each the start of a way a real program gets hurt or not:
   mutex in the child);
 - ``bytearray``: a Python object's buffer, so Python's own objects share the
   page;
-- ``page``: one page of its own, mmap()ed with the pages on either side
-  unmapped again: nothing else lives on it, the case where fork() works.
+- ``page``: one page of its own, between two inaccessible guard pages:
+  nothing else lives on it, the case where fork() works.
 
 Everything here runs in a throwaway process: a registration is never undone.
 """
@@ -126,18 +126,18 @@ def _thread_malloc(size: int) -> int:
 
 
 def _lone_page() -> int:
-    """One page whose neighbours are unmapped (mapped three, unmapped the outer two)."""
+    """One page between two inaccessible guard pages (mapped PROT_NONE, the middle
+    made writable): no later mapping can come to border it."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                           ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-    base = libc.mmap(None, 3 * PAGE, prot, flags, -1, 0)
+    base = libc.mmap(None, 3 * PAGE, 0, flags, -1, 0)  # PROT_NONE
     if base in (None, ctypes.c_void_p(-1).value):
         raise OSError(ctypes.get_errno(), "mmap failed")
-    libc.munmap(base, PAGE)
-    libc.munmap(base + 2 * PAGE, PAGE)
+    if libc.mprotect(base + PAGE, PAGE, mmap.PROT_READ | mmap.PROT_WRITE) != 0:
+        raise OSError(ctypes.get_errno(), "mprotect failed")
     ctypes.memset(base + PAGE, 0x72, PAGE)
     return base + PAGE

@@ -77,8 +77,10 @@ def classify(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
 
 def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
     """Anonymous memory outside the malloc heaps: bordering other memory, or on its own."""
+    # A neighbour with no access at all ("---p": a guard page, reserved
+    # address space) holds nothing that a fork() child could need.
     near = [x for x in ordered
-            if (x.end == m.start or x.start == m.end)
+            if (x.end == m.start or x.start == m.end) and not x.perms.startswith("---")
             and (x.anonymous or x.path == "[heap]" or thread_heap_base(x.start, ordered))]
     if near:
         what = ", ".join(x.path or f"anonymous 0x{x.start:x}" for x in near)
