@@ -120,7 +120,7 @@ rdma link add rxe0 type rxe netdev d0 || { echo "rxe-lane: no rxe0"; exit 3; }
 echo "rxe-lane: \$(rdma link show rxe0/1)"
 cd "$work/tests"
 rc=0
-# The matrix beside the tests (the VM has two CPUs), in a mount namespace of
+# The matrix beside the tests, in a mount namespace of
 # its own where an empty /etc/libibverbs.d leaves only the matrix's provider
 # (RDMAV_DRIVERS), not also the machine's librxe of its own rdma-core.
 unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"' \\
