@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import verbs  # noqa: E402
 
 import rdmaspawn  # noqa: E402
-from rdmaspawn._procfs import is_dontfork  # noqa: E402
+from rdmaspawn._host.procfs import is_dontfork  # noqa: E402
 from rdmaspawn.tools.doctor import doctor  # noqa: E402
 
 
