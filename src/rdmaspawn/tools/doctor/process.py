@@ -8,6 +8,7 @@ import re
 import sys
 from typing import Any
 
+from ... import _cpython
 from ..._procfs import (
     Pid,
     all_mappings,
@@ -65,7 +66,7 @@ def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple
         default = ("fork() then exec (3.9 has no vfork; posix_spawn only with close_fds=False "
                    "and no other options)")
     elif not use_vfork:
-        default = "fork() then exec (subprocess._USE_VFORK is False)"
+        default = "fork() then exec (subprocess._USE_VFORK is False; 3.10-3.13 only)"
     else:
         default = "vfork() then exec (safe: the child shares the parent's memory)"
     return default, "fork() then exec (the child runs Python code or changes ids)"
@@ -102,9 +103,7 @@ def _self_facts() -> dict[str, Any]:
         facts["mp_default"] = mpctx._default_context._default_context._name  # type: ignore[attr-defined]
     except AttributeError:
         facts["mp_default"] = None
-    import subprocess
-
-    facts["use_vfork"] = bool(getattr(subprocess, "_USE_VFORK", True))
+    facts["use_vfork"] = _cpython.use_vfork_flag()
     return facts
 
 
