@@ -353,3 +353,16 @@ def test_rdma_netlink_reply_parsing() -> None:
     assert absent[0] is False and "kernel < 5.13" in absent[1]
     err = _copy_on_fork_attribute(struct.pack("=IHHIIi", 20, 2, 0, 1, 0, -errno.EPERM))
     assert err == (None, f"RDMA netlink refused the query: {os.strerror(errno.EPERM)}")
+
+
+def test_use_vfork_is_judged_where_cpython_reads_it(monkeypatch) -> None:
+    """``subprocess._USE_VFORK = False`` makes 3.10-3.13 fork for a plain
+    Popen; 3.14 has no such flag and vforks whatever a program sets: the
+    doctor says what this CPython will do, not what the attribute says."""
+    monkeypatch.setattr(subprocess, "_USE_VFORK", False, raising=False)
+    default = doctor().subprocess_default
+    if sys.version_info < (3, 10) or sys.version_info >= (3, 14):
+        expected = "fork() then exec (3.9" if sys.version_info < (3, 10) else "vfork()"
+    else:
+        expected = "fork() then exec (subprocess._USE_VFORK is False"
+    assert default.startswith(expected), default
