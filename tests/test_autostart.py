@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from rdmaspawn import _cpython
 from rdmaspawn._switch import ON, Settings, parse
 
 HOOK = "rdmaspawn-autostart.pth"
@@ -106,7 +107,8 @@ def test_on_applies_everything() -> None:
 
 def test_items_apply_one_by_one() -> None:
     assert report(value="patch") == {"stderr": "", "imported": True, "patched": True,
-                                     "guard": None, "start_method": "fork"}
+                                     "guard": None,
+                                     "start_method": _cpython.require().mp_default}
     assert report(value="guard=warn,start_method=spawn") == {
         "stderr": "", "imported": True, "patched": False, "guard": "warn",
         "start_method": "spawn"}

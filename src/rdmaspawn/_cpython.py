@@ -122,6 +122,8 @@ class Internals(NamedTuple):
     #: ``wanted`` and ``given``: PyArg_ParseTuple's wording (3.9-3.11), or
     #: Argument Clinic's _PyArg_CheckPositional (3.12+).
     wrong_count: str
+    #: multiprocessing's default start method on Linux ("forkserver" from 3.14).
+    mp_default: str
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
@@ -131,6 +133,7 @@ _V39 = Internals(
     chdir_tag=b"noexec", int_parser="format_i", too_many_groups="too many groups",
     can_vfork=False, posix_spawn_environ=True, posix_spawn_str_nul="embedded null byte",
     wrong_count="fork_exec() takes exactly {wanted} arguments ({given} given)",
+    mp_default="fork",
 )
 _V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, home=("subprocess", "_fork_exec"),
                       can_vfork=True)
@@ -138,8 +141,9 @@ _CLINIC_COUNT = "fork_exec expected {wanted} arguments, got {given}"
 _V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
                        too_many_groups="too many extra_groups", posix_spawn_environ=False,
                        posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL, wrong_count=_CLINIC_COUNT)
-# 3.14: fork_exec lost allow_vfork (22 arguments), subprocess lost _USE_VFORK.
-_V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22)
+# 3.14: fork_exec lost allow_vfork (22 arguments), subprocess lost _USE_VFORK;
+# multiprocessing defaults to forkserver.
+_V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
 
 #: Keyed by sys.version_info[:2]. Every entry was read from that version's
 #: sources and checked by running it (3.14 and 3.15: Debian's python3.14
