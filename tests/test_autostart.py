@@ -61,8 +61,11 @@ def report(*flags: str, value: str | None, **kw: object) -> dict[str, object]:
 
 
 def installed_hook() -> str:
-    """The .pth file the installed rdmaspawn put in site-packages."""
-    for entry in sys.path:
+    """The .pth file the installed rdmaspawn put in site-packages (not the checkout's own
+    copy at the repository root, which is on sys.path under ``python -m pytest``)."""
+    import site
+
+    for entry in [*site.getsitepackages(), site.getusersitepackages()]:
         path = os.path.join(entry, HOOK)
         if os.path.isfile(path):
             return path

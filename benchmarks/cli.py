@@ -20,7 +20,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._procfs import meminfo
+from rdmaspawn._procfs import meminfo
+
 from .analysis import analyse
 from .build import build
 from .machine import describe_machine

@@ -18,8 +18,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
-from .._engine import spawn as engine_spawn
-from ..dropin.popen import Popen as RdmaspawnPopen
+from rdmaspawn._engine import spawn as engine_spawn
+from rdmaspawn.dropin.popen import Popen as RdmaspawnPopen
+
 from .build import Built
 from .model import DEFAULT_PATH, ENGINE, FLOOR, OK, RDMASPAWN, UNAVAILABLE, SpawnerInfo
 

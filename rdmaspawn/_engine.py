@@ -12,15 +12,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
-try:
-    from ._rdmaspawn_cffi import ffi, lib
-except ImportError as _exc:  # pragma: no cover - a source tree without its build
-    raise ImportError(
-        f"rdmaspawn's C core is not built in {os.path.dirname(os.path.abspath(__file__))}: "
-        "install the package (pip install .) or build it in place (pip install -e .)"
-    ) from _exc
-
 from . import _setup_pack
+from ._rdmaspawn_cffi import ffi, lib
 from ._setup import ChildSetup
 
 __all__ = [

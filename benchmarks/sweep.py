@@ -15,7 +15,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .._procfs import meminfo
+from rdmaspawn._procfs import meminfo
+
 from .build import Built
 from .measure import measure_config
 from .model import ConfigResult, Skipped

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .._procfs import cpu_model, meminfo
+from rdmaspawn._procfs import cpu_model, meminfo
+
 from .model import Machine
 from .numbers import GiB
 

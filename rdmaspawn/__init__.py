@@ -8,6 +8,9 @@ the child. ``import rdmaspawn as subprocess`` works for the common API.
 """
 from __future__ import annotations
 
+# First: a source tree without its build fails here, in one line that says
+# what to do, rather than deep inside an import chain.
+from . import _sourcetree  # noqa: F401  # isort: skip
 from subprocess import (
     DEVNULL,
     PIPE,
