@@ -3,9 +3,9 @@
 #   /lane/sid-inside.sh VERSION...
 # with the repository copied to /lane/repo and its results going to
 # /lane/out/. For each CPython VERSION (Debian's python3.14, python3.15): a
-# fresh venv, `pip install '.[test]'` of a scratch copy, the project's pytest
-# selection ($SID_PYTEST_ARGS) and CPython's own test_subprocess under
-# patch() (tests/conformance/run_stdlib_subprocess_tests.py).
+# fresh venv, `pip install -e '.[test]'` of a scratch copy (as .ci/run does),
+# the project's pytest selection ($SID_PYTEST_ARGS) and CPython's own
+# test_subprocess under patch() (tests/conformance/run_stdlib_subprocess_tests.py).
 #
 # Leaves per version: out/V.suite.log, out/V.conformance.log, and
 # out/V.times ("suite SECONDS", "conformance SECONDS" lines); the exit status
@@ -22,11 +22,11 @@ say() { printf '=== sid [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 run_version() {
   local v=$1 src=/lane/src-$1 venv=/lane/venv-$1 t0 rc
-  say "$v: venv and pip install '.[test]'"
+  say "$v: venv and pip install -e '.[test]'"
   rm -rf "$src" "$venv"
   cp -a /lane/repo "$src" || return 1
   "python$v" -m venv "$venv" || return 1
-  (cd "$src" && "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]') \
+  (cd "$src" && "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]') \
     || return 1
 
   eval "set -- $SID_PYTEST_ARGS"

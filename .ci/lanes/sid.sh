@@ -13,7 +13,7 @@
 #    /sys are mounted there only, and vanish with it), entered through
 #    sid-reset-signals.py (a backgrounded shell hands its children SIGINT
 #    ignored), sid-inside.sh runs per version: a venv, `pip install
-#    '.[test]'` of a scratch copy, the project's pytest selection
+#    -e '.[test]'` of a scratch copy (as .ci/run does), the project's pytest selection
 #    SID_PYTEST_ARGS (default: every test but the C-only ones and the
 #    conformance run) with --durations=30, and CPython's own test_subprocess
 #    under patch(). tests/test_wheel.py there installs CI_WHEELHOUSE's x86_64
