@@ -102,13 +102,27 @@ run_watched() {
 packages="python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv
   libpython3.14-testsuite libpython3.15-testsuite gcc libc6-dev libibverbs1 ibverbs-providers
   ca-certificates"
-say "mmdebstrap sid into $root"
+# Built as a tarball, kept for the day under the cache (a rerun unpacks it in
+# seconds; a fresh CI machine builds it); older ones are removed.
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/rdmaspawn
+key=$(echo "$packages $mirror" | md5sum | cut -c1-8)
+tarball=$cache/sid-$(date -u +%Y%m%d)-$key.tar
+mkdir -p "$cache" "$root"
+find "$cache" -maxdepth 1 -name 'sid-*.tar' ! -name "$(basename "$tarball")" -delete
 t0=$SECONDS
-if nice mmdebstrap --variant=apt --quiet \
-    --aptopt='Acquire::Check-Valid-Until "false"' \
-    --include="$(echo $packages | tr ' ' ',')" sid "$root" "$mirror" >"$CI_WORK/mmdebstrap.log" 2>&1; then
+if [ -s "$tarball" ]; then
+  say "unpacking today's sid chroot from $tarball"
+else
+  say "mmdebstrap sid into $tarball"
+fi
+if { [ -s "$tarball" ] || { nice mmdebstrap --variant=apt --format=tar --quiet \
+       --aptopt='Acquire::Check-Valid-Until "false"' \
+       --include="$(echo $packages | tr ' ' ',')" sid "$tarball.part" "$mirror" \
+       >"$CI_WORK/mmdebstrap.log" 2>&1 && mv "$tarball.part" "$tarball"; }; } \
+   && tar -C "$root" -xf "$tarball"; then
   result "sid chroot ($((SECONDS - t0))s)" OK
 else
+  rm -f "$tarball.part"
   tail -n 30 "$CI_WORK/mmdebstrap.log"; result "sid chroot" FAILED
   cat "$CI_WORK/results"; echo "LANE: $passed passed, $failed failed"; exit 1
 fi
