@@ -8,8 +8,9 @@
 # test_subprocess under patch() (tests/conformance/run_stdlib_subprocess_tests.py).
 #
 # Leaves per version: out/V.suite.log, out/V.conformance.log, and
-# out/V.times ("suite SECONDS", "conformance SECONDS" lines); the exit status
-# is non-zero if any step of any version failed.
+# out/V.times ("suite SECONDS", "conformance SECONDS" lines); then the
+# newest VERSION builds the wheels into out/wheels (out/wheels.rc). The exit
+# status is non-zero if any step of any version failed.
 set -uo pipefail
 
 # The selection, in shell words (eval'd: it holds a quoted -m expression).
@@ -39,7 +40,9 @@ run_version() {
 
   say "$v: CPython's test_subprocess under rdmaspawn.patch()"
   t0=$(date +%s)
-  (cd "$src" && "$venv/bin/python" -u tests/conformance/run_stdlib_subprocess_tests.py) 2>&1 \
+  # SID_CONFORMANCE_ARGS: the runner's options and test patterns (default: all).
+  (cd "$src" && eval "\"$venv/bin/python\" -u tests/conformance/run_stdlib_subprocess_tests.py \
+    ${SID_CONFORMANCE_ARGS:-}") 2>&1 \
     | tee "$out/$v.conformance.log"
   local crc=${PIPESTATUS[0]}
   echo "conformance $(( $(date +%s) - t0 ))" >>"$out/$v.times"
@@ -52,4 +55,11 @@ for v in "$@"; do
   : >"$out/$v.times"
   run_version "$v" || { failed=1; say "$v: FAILED"; }
 done
+
+# The newest builds the wheels (Debian's multiarch pyconfig.h, 3.15's abi3
+# suffixes); sid.sh installs the x86_64 one on the oldest CPython.
+newest=${*: -1}
+say "scripts/build-wheels with python$newest"
+(cd /lane/repo && PYTHON="python$newest" bash scripts/build-wheels --arch x86_64 "$out/wheels")
+echo "build-wheels $?" >"$out/wheels.rc"
 exit "$failed"

@@ -28,7 +28,8 @@
 # A hang is told from slowness by output: a run that prints nothing for
 # SID_QUIET_LIMIT seconds (default 600) is killed. The exit status is
 # non-zero if anything failed. Environment: CI_REPO, CI_WORK (required),
-# CI_WHEELHOUSE, SID_PYTEST_ARGS, SID_VERSIONS (default "3.14 3.15"),
+# CI_WHEELHOUSE, SID_PYTEST_ARGS, SID_CONFORMANCE_ARGS (the conformance
+# runner's options and patterns; default: every test), SID_VERSIONS (default "3.14 3.15"),
 # SID_QUIET_LIMIT, SID_MIRROR (default http://deb.debian.org/debian).
 set -uo pipefail
 exec </dev/null
@@ -38,7 +39,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 versions=${SID_VERSIONS:-"3.14 3.15"}
 quiet_limit=${SID_QUIET_LIMIT:-600}
 mirror=${SID_MIRROR:-http://deb.debian.org/debian}
-export SID_PYTEST_ARGS="${SID_PYTEST_ARGS:-}"
+export SID_PYTEST_ARGS="${SID_PYTEST_ARGS:-}" SID_CONFORMANCE_ARGS="${SID_CONFORMANCE_ARGS:-}"
 root=$CI_WORK/sid
 start=$SECONDS
 passed=0
@@ -156,20 +157,21 @@ if [ -n "${CI_WHEELHOUSE:-}" ]; then
   fi
 fi
 
-# The newest CPython also builds the wheels, for the oldest to install (step 3).
-build_py=python${versions##* }
-inside="mount -t proc proc '$root/proc' && mount --rbind /dev '$root/dev'
-  && mount --rbind -o ro /sys '$root/sys' && mount -t tmpfs tmpfs '$root/tmp'
-  && exec chroot '$root' /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root
-     LANG=C.UTF-8 PIP_CERT=/lane/ca.crt SSL_CERT_FILE=/lane/ca.crt SID_PYTEST_ARGS=\"\$SID_PYTEST_ARGS\" $wheel_env
-     /usr/bin/$build_py /lane/sid-reset-signals.py /bin/bash -c '
-       /lane/sid-inside.sh $versions; rc=\$?
-       echo \"=== sid wheel: scripts/build-wheels with $build_py\"
-       cd /lane/repo && PYTHON=$build_py bash scripts/build-wheels --arch x86_64 /lane/out/wheels
-       echo \"build-wheels \$?\" >/lane/out/wheels.rc
-       exit \$rc'"
+# In a private mount namespace: nothing mounted here outlives it.
+cat >"$CI_WORK/enter.sh" <<EOF
+set -e
+mount -t proc proc '$root/proc'
+mount --rbind /dev '$root/dev'
+mount --rbind -o ro /sys '$root/sys'
+mount -t tmpfs tmpfs '$root/tmp'
+exec chroot '$root' /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \\
+  LANG=C.UTF-8 PIP_CERT=/lane/ca.crt SSL_CERT_FILE=/lane/ca.crt \\
+  SID_PYTEST_ARGS="\$SID_PYTEST_ARGS" SID_CONFORMANCE_ARGS="\${SID_CONFORMANCE_ARGS:-}" \\
+  $wheel_env \\
+  /usr/bin/python${versions%% *} /lane/sid-reset-signals.py /bin/bash /lane/sid-inside.sh $versions
+EOF
 say "inside the chroot (unshare -m): $versions"
-run_watched "$CI_WORK/inside.log" unshare -m --propagation private /bin/sh -c "$inside"
+run_watched "$CI_WORK/inside.log" unshare -m --propagation private /bin/sh "$CI_WORK/enter.sh"
 inside_rc=$?
 [ "$inside_rc" = 124 ] && say "the run inside was killed as hung"
 
@@ -185,11 +187,11 @@ done
 # --- 3. the wheel a 3.15 built, on the oldest CPython ------------------------
 built=$(ls "$root"/lane/out/wheels/rdmaspawn-*-manylinux_*_x86_64.whl 2>/dev/null | head -n 1)
 if [ -n "$built" ] && grep -q "build-wheels 0" "$root/lane/out/wheels.rc" 2>/dev/null; then
-  result "build-wheels with Debian's $build_py" OK
+  result "build-wheels with Debian's python${versions##* }" OK
   cp "$built" "$CI_WORK/"
   built=$CI_WORK/$(basename "$built")
 else
-  result "build-wheels with Debian's $build_py" FAILED
+  result "build-wheels with Debian's python${versions##* }" FAILED
   built=""
 fi
 oldest=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.9.* 2>/dev/null | sort -V | tail -n 1)
