@@ -71,6 +71,7 @@ cleanup() {
   else
     rm -rf --one-file-system "$root"
   fi
+  rm -rf "$CI_WORK/venv-oldest" "$CI_WORK/enter.sh"
 }
 trap cleanup EXIT
 
