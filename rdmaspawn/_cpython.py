@@ -19,6 +19,7 @@ import dis
 import operator
 import subprocess
 import sys
+import sysconfig
 from typing import Any, Callable, NamedTuple
 
 __all__ = [
@@ -182,9 +183,15 @@ def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str,
     return None
 
 
-def _check(version: tuple[int, int]) -> Internals:
+def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
     internals = TABLE.get(version)
     shown = f"CPython {version[0]}.{version[1]}"
+    if free_threaded:
+        # Not known to be safe: the C environment copy for env=None relies on
+        # the GIL to keep os.environ changes out while it reads.
+        raise UnsupportedPython(
+            f"rdmaspawn does not support free-threaded {shown}t: rdmaspawn.Popen and "
+            "rdmaspawn.patch() are unavailable; use CPython's default (GIL) build")
     if internals is None:
         raise UnsupportedPython(
             f"rdmaspawn does not know the subprocess internals of {shown} "
@@ -213,7 +220,8 @@ def require() -> Internals:
         return _current
     if _error is None:
         try:
-            _current = _check(sys.version_info[:2])
+            _current = _check(sys.version_info[:2],
+                              bool(sysconfig.get_config_var("Py_GIL_DISABLED")))
             return _current
         except UnsupportedPython as exc:
             _error = exc

@@ -33,6 +33,16 @@ def test_unknown_version_is_refused_by_name():
         assert said in message, message
 
 
+def test_a_free_threaded_build_is_refused_in_one_line():
+    """3.14t (no GIL) is refused by name, in one line that says what to use;
+    the flag comes from sysconfig's Py_GIL_DISABLED (no 3.14t has run here)."""
+    with pytest.raises(_cpython.UnsupportedPython) as refused:
+        _cpython._check((3, 14), free_threaded=True)
+    message = str(refused.value)
+    assert "free-threaded CPython 3.14t" in message and "default (GIL) build" in message
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize("version", sorted(_cpython.TABLE))
 def test_unpack_names_every_argument(version, monkeypatch):
     """Every version's call by name: what it passes where it passes it, the
