@@ -29,6 +29,7 @@ class RsSetup(CData):
 
     cgroup_fd: int
     cgroup_procs_fd: int
+    cgroup_procs_path: CData
     ctty_fd: int
     rlimits: CData
     n_rlimits: int
@@ -38,6 +39,7 @@ class RsSetup(CData):
     ioprio: int
     cpu_mask: CData
     cpu_mask_bytes: int
+    early_after_ids: int
     ignore_signals: int
     default_signals: int
     set_signal_mask: int
@@ -59,7 +61,7 @@ class FFI:
     @overload
     def new(self, cdecl: Literal["struct rs_setup *"]) -> RsSetup: ...
     @overload
-    def new(self, cdecl: Literal["char[]"], init: int) -> CData: ...
+    def new(self, cdecl: Literal["char[]"], init: int | bytes) -> CData: ...
     @overload
     def new(self, cdecl: Literal["struct rs_rlimit[]"], init: list[list[int]]) -> CData: ...
     @overload

@@ -7,10 +7,15 @@ A :class:`ChildSetup` is two things at once:
 - an ordinary callable doing the same with Python calls, so that the same
   value works as ``preexec_fn`` under stock CPython (in its forked child).
 
-The order is the same on both paths, and right for privileges: session and
-group, signals, cgroup, controlling tty, limits and priorities, (the ids
-change here on the engine path), no_new_privs, and the death signal last,
-because the kernel clears it on a credential change.
+The order is the same on both paths: session and group, signals, cgroup,
+controlling tty, limits and priorities, no_new_privs, and the death signal
+last, because the kernel clears it on a credential change. Where the ids
+change (``user=``, ``group=``, ``extra_groups=``) matters for the cgroup,
+tty, limits and priorities: a ``preexec_fn`` (a helper of
+``rdmaspawn.preexec``, a recognised stdlib value) does them after the
+change, where CPython calls it, so that it is allowed and refused as there;
+rdmaspawn.Popen's keywords (``privileged_first``) do them before it, so that
+a limit or a priority the new user may not set still can be.
 """
 from __future__ import annotations
 
@@ -55,6 +60,15 @@ class ChildSetup:
     cpu_affinity: frozenset[int] | None = None
     no_new_privs: bool = False
     pdeathsig: int | None = None
+    #: The cgroup, tty, limits and priorities before the id change (Popen's
+    #: keywords), not after it (where CPython calls a preexec_fn).
+    privileged_first: bool = False
+
+    def has_privileged_steps(self) -> bool:
+        """Whether a step whose outcome depends on the ids is set."""
+        return (self.cgroup is not None or self.ctty is not None or bool(self.rlimits)
+                or self.nice is not None or self.ioprio is not None
+                or self.cpu_affinity is not None)
 
     def __call__(self) -> None:
         """Do it all with Python calls: the value as a stock ``preexec_fn``."""
@@ -72,8 +86,7 @@ class ChildSetup:
         if self.signal_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.signal_mask)
         if self.cgroup is not None:
-            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
-                procs.write("0")
+            _join_cgroup(self.cgroup)
         if self.ctty is not None:
             import fcntl
             import termios
@@ -83,7 +96,7 @@ class ChildSetup:
             import resource
 
             for res, soft, hard in self.rlimits:
-                resource.setrlimit(res, (soft, hard))
+                resource.setrlimit(res, (_python_rlimit(soft), _python_rlimit(hard)))
         if self.nice is not None:
             os.nice(self.nice)
         if self.ioprio is not None:
@@ -106,6 +119,27 @@ class Chain(tuple):  # type: ignore[type-arg]
     def __call__(self) -> None:
         for fn in self:
             fn()
+
+
+def _join_cgroup(path: str) -> None:
+    # As the engine's parent opens them (_setup_pack): the directory, then
+    # its cgroup.procs without O_CREAT, so that "" or a directory that is
+    # no cgroup fails with FileNotFoundError instead of creating the file.
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        procs = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=directory)
+    finally:
+        os.close(directory)
+    try:
+        os.write(procs, b"0")
+    finally:
+        os.close(procs)
+
+
+def _python_rlimit(value: int) -> int:
+    # The packed form keeps RLIM_INFINITY as all ones (prlimit64's); the
+    # resource module spells it -1 and rejects the unsigned value.
+    return -1 if value == _RLIM_INFINITY else value
 
 
 def _libc_call(name: str, *args: int) -> None:
@@ -138,6 +172,14 @@ def merge(first: ChildSetup, second: ChildSetup) -> ChildSetup:
                                  | second.ignore_signals)
     changes["default_signals"] = (first.default_signals - second.ignore_signals
                                   | second.default_signals)
+    # One order for the privileged steps: that of the setup that has them
+    # (the keywords' when both have: a known limit, see docs/preexec.md).
+    if not second.has_privileged_steps():
+        changes["privileged_first"] = first.privileged_first
+    elif first.has_privileged_steps():
+        changes["privileged_first"] = first.privileged_first or second.privileged_first
+    else:
+        changes["privileged_first"] = second.privileged_first
     return dataclasses.replace(first, **changes)
 
 
@@ -177,6 +219,7 @@ def build(
     signal_mask: Iterable[int] | None = None,
     cgroup: Any | None = None,
     ctty: int | None = None,
+    privileged_first: bool = False,
 ) -> ChildSetup:
     """A checked :class:`ChildSetup`: bad values fail here, in the parent.
 
@@ -212,6 +255,7 @@ def build(
         cpu_affinity=cpus,
         no_new_privs=bool(no_new_privs),
         pdeathsig=None if pdeathsig is None else _signal(pdeathsig),
+        privileged_first=bool(privileged_first),
     )
 
 

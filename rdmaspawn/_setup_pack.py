@@ -70,14 +70,25 @@ def _open_cgroup(path: str, fds: list[int]) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def packed(setup: ChildSetup) -> Iterator[Any]:
-    """``struct rs_setup *`` for ``setup``, valid inside the block."""
+def packed(setup: ChildSetup, ids_change: bool = False) -> Iterator[Any]:
+    """``struct rs_setup *`` for ``setup``, valid inside the block.
+
+    ``ids_change``: the request changes user, group or groups, which a
+    preexec_fn's cgroup must be joined as (not by clone3, as the parent).
+    """
     fds: list[int] = []
     try:
         s = ffi.new("struct rs_setup *")
         s.cgroup_fd = s.cgroup_procs_fd = -1
-        if setup.cgroup is not None:
+        procs_path = None
+        if setup.cgroup is not None and ids_change and not setup.privileged_first:
+            # A preexec_fn's: joined as the new user, as under CPython.
+            procs_path = ffi.new("char[]", os.fsencode(os.path.join(setup.cgroup,
+                                                                    "cgroup.procs")))
+            s.cgroup_procs_path = procs_path
+        elif setup.cgroup is not None:
             s.cgroup_fd, s.cgroup_procs_fd = _open_cgroup(setup.cgroup, fds)
+        s.early_after_ids = int(not setup.privileged_first)
         s.ctty_fd = -1 if setup.ctty is None else setup.ctty
         limits = ffi.new("struct rs_rlimit[]", [list(item) for item in setup.rlimits])
         s.rlimits = limits
@@ -105,7 +116,7 @@ def packed(setup: ChildSetup) -> Iterator[Any]:
             s.pdeathsig = setup.pdeathsig
             s.parent_pid = os.getpid()
         yield s
-        del limits, words  # kept alive until the child has exec'd
+        del limits, words, procs_path  # kept alive until the child has exec'd
     finally:
         for fd in fds:
             os.close(fd)
@@ -130,18 +141,26 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
     The setup's session, process group and umask become the request's; a
     death signal makes the spawn follow the process (see ``_spawner``).
     """
-    if setup.setsid or setup.ctty is not None:
+    # The request's steps that only the setup asked for: their failure is the
+    # setup's (CPython: "Exception occurred in preexec_fn."), not the
+    # OSError that a failed start_new_session= or process_group= gives.
+    steps = set(_SETUP_STEPS)
+    if (setup.setsid or setup.ctty is not None) and not flags & lib.RS_F_SETSID:
         flags |= lib.RS_F_SETSID
+        steps.add("setsid")
     if setup.umask is not None:
         umask = setup.umask
     if setup.pgid is not None:
+        if pgid is None or pgid < 0:
+            steps.add("setpgid")
         pgid = setup.pgid
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
         current = signal.pthread_sigmask(signal.SIG_BLOCK, ())
         setup = dataclasses.replace(setup, signal_mask=frozenset(int(s) for s in current))
-    with packed(setup) as ptr:
+    ids_change = uid is not None or gid is not None or groups is not None
+    with packed(setup, ids_change) as ptr:
         def call() -> tuple[int, int]:
             return spawn_flat(argv, exec_list, env, cwd, stdin, stdout, stderr,
                               close_in_child, pass_fds, flags, close_method, umask, pgid,
@@ -152,7 +171,7 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
             return run_as_process(call, _dispose)  # type: ignore[no-any-return]
         except OSError as err:
             step = getattr(err, "step", None)
-            if step not in _SETUP_STEPS:
+            if step not in steps:
                 raise
             filename = err.filename
             if step == "cgroup":

@@ -110,7 +110,7 @@ def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
               if value is not None and value is not False and value != ()}
     if not fields:
         return args, kwargs
-    setup = build(**fields)
+    setup = build(**fields, privileged_first=True)
     positional = len(args) > _PREEXEC_FN_POSITION
     user = args[_PREEXEC_FN_POSITION] if positional else kwargs.get("preexec_fn")
     if user is None:

@@ -9,12 +9,14 @@ filename, as it does without rdmaspawn.
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from typing import Any, Callable
 
 from .. import _capi, _cpython, _engine, _wrapping
 from .._procfs import has_dontfork
+from .._setup import Chain
 from .._setup_pack import ChildSetupError
 from . import arguments
 from . import childsetup as _childsetup
@@ -41,6 +43,7 @@ _REPLACEMENTS = (
     ("prctl(PR_SET_NO_NEW_PRIVS)", "rdmaspawn.preexec.no_new_privs()"),
     ("signal.signal(sig, SIG_IGN/SIG_DFL)",
      "rdmaspawn.preexec.ignore_signals(sig) / default_signals(sig)"),
+    ("signal.pthread_sigmask(how, sigs)", "rdmaspawn.preexec.signal_mask(whole_mask)"),
     ("a controlling terminal (pty)", "rdmaspawn.pty_spawn(argv)"),
     ("several of these", "rdmaspawn.preexec.chain(a, b, ...)"),
 )
@@ -50,12 +53,24 @@ class PreexecFnError(subprocess.SubprocessError, RuntimeError):
     """preexec_fn was given in a process where fork() would crash the child."""
 
 
-def _refuse_preexec_fn() -> None:
+def _name(fn: Any) -> str:
+    """``module.qualname`` of a preexec_fn, for the refusal: what to go and change."""
+    if isinstance(fn, functools.partial):
+        return f"functools.partial({_name(fn.func)}, ...)"
+    if isinstance(fn, Chain):  # the members that need fork
+        return ", ".join(_name(part) for part in fn if _childsetup.as_setup(part) is None)
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}.{qualname}"
+
+
+def _refuse_preexec_fn(preexec_fn: Any) -> None:
     width = max(len(old) for old, _ in _REPLACEMENTS)
     lines = "\n".join(f"  {old:<{width}}  ->  {new}" for old, new in _REPLACEMENTS)
     raise PreexecFnError(
         "preexec_fn needs fork(), and this process holds "
         "MADV_DONTFORK (RDMA) memory\n"
+        f"preexec_fn: {_name(preexec_fn)}\n"
         "A forked child misses those pages and can crash before exec.\n"
         "Use what rdmaspawn runs without fork (docs/preexec.md):\n" + lines
     )
@@ -96,7 +111,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         setup = _childsetup.as_setup(call.preexec_fn)
     if call.preexec_fn is not None and setup is None:
         if has_dontfork():
-            _refuse_preexec_fn()
+            _refuse_preexec_fn(call.preexec_fn)
         # No DONTFORK memory: fork() is safe, and only it can run Python
         # code in the child. Behave exactly as CPython does.
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]

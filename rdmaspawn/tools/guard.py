@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -51,6 +52,8 @@ from typing import Any, Callable
 from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
 from ..dropin.childsetup import as_setup
+from ..dropin.patch import is_patched
+from .callsite import call_from
 
 __all__ = [
     "ForkHazardError",
@@ -101,10 +104,12 @@ def _check(what: str) -> None:
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
         shown += f"; and {len(maps) - 5} more"
+    # patch() in force already: advise only what is left to do.
+    spawners = "rdmaspawn.Popen" if is_patched() else "rdmaspawn.Popen or rdmaspawn.patch()"
     msg = (
         f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
-        "get those pages and may die with SIGSEGV before exec. Use rdmaspawn.Popen or "
-        "rdmaspawn.patch() without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
+        f"get those pages and may die with SIGSEGV before exec. Use {spawners} "
+        "without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
     )
     if mode == "raise":
         raise ForkHazardError(msg, maps)
@@ -125,11 +130,15 @@ def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
     return _cpython.fork_exec_forks(call, preexec_only)
 
 
-def _forks_only_for_preexec(fn: Any) -> bool:
-    if getattr(fn, _PREEXEC_ONLY, False) or getattr(fn, "__rdmaspawn__", False):
+def _is_engine(fn: Any) -> bool:
+    if getattr(fn, "__rdmaspawn__", False):
         return True
     module = getattr(fn, "__module__", None) or ""
     return module == "rdmaspawn" or module.startswith("rdmaspawn.")
+
+
+def _forks_only_for_preexec(fn: Any) -> bool:
+    return bool(getattr(fn, _PREEXEC_ONLY, False)) or _is_engine(fn)
 
 
 def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
@@ -137,7 +146,9 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     def guarded_fork(*args: Any, **kwargs: Any) -> Any:
         if guarded_fork in _active:
             _check(what)
-        return guarded_fork.__wrapped__(*args, **kwargs)
+        # From the caller's line: CPython's warning about forking with
+        # threads (3.12+) names the frame that calls os.fork().
+        return call_from(sys._getframe(1), guarded_fork.__wrapped__, args, kwargs)
 
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
@@ -147,7 +158,11 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
     @functools.wraps(original, updated=())
     def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
         inner = guarded_fork_exec.__wrapped__
-        if guarded_fork_exec in _active and _fork_exec_forks(args, _forks_only_for_preexec(inner)):
+        # Not over the engine: it forks only for a preexec_fn it does not
+        # recognise, and only without DONTFORK memory; with it, it refuses
+        # with PreexecFnError, which names the function and what to use.
+        if (guarded_fork_exec in _active and not _is_engine(inner)
+                and _fork_exec_forks(args, _forks_only_for_preexec(inner))):
             _check(what)
         return inner(*args, **kwargs)
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .classify import Finding
+from .escape import printable
 from .facts import ENV_VARS
 from .protection import Protection
 
@@ -77,7 +78,9 @@ class Report:
         out += ["", f"Verdict: {self.verdict}"] + [f"  - {p}" for p in self.problems]
         if self.advice:
             out += ["What to do:"] + [f"  - {a}" for a in self.advice]
-        return "\n".join(out) + "\n"
+        # Paths, libraries and the environment are the inspected process's:
+        # each line escaped as a whole, so a newline in a name cannot add one.
+        return "\n".join(printable(line) for line in out) + "\n"
 
     def _mappings_text(self) -> list[str]:
         out = []

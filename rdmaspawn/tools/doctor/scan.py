@@ -31,6 +31,7 @@ from ..._procfs import (
     read_proc,
 )
 from .classify import Finding, classify
+from .escape import printable
 from .process import mapped_libraries
 
 __all__ = ["NodeScan", "ProcessEntry", "scan_node"]
@@ -82,7 +83,8 @@ class ProcessEntry:
 
     def to_text(self) -> str:
         verdict = "HAZARD" if self.hazardous else "ok"
-        command = " ".join(self.command.split())  # one line, even for `python -c` code
+        # One line, even for `python -c` code; the owner's control codes escaped.
+        command = printable(" ".join(self.command.split()))
         if len(command) > _COMMAND_WIDTH:
             command = command[:_COMMAND_WIDTH - 3] + "..."
         return (f"pid {self.pid:<7} {verdict:<6} {command}\n"
