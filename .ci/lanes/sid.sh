@@ -103,7 +103,7 @@ run_watched() {
 # --- 1. the chroot ---------------------------------------------------------
 packages="python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv
   libpython3.14-testsuite libpython3.15-testsuite gcc libc6-dev libibverbs1 ibverbs-providers
-  ca-certificates"
+  ca-certificates mount"
 # Built as a tarball, kept for the day under the cache (a rerun unpacks it in
 # seconds; a fresh CI machine builds it); older ones are removed.
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/rdmaspawn
@@ -161,6 +161,9 @@ fi
 # In a private mount namespace: nothing mounted here outlives it.
 cat >"$CI_WORK/enter.sh" <<EOF
 set -e
+# The root a mount point of its own: unshare(1) inside (tests/test_demo.py)
+# can then make its mounts private.
+mount --bind '$root' '$root'
 mount -t proc proc '$root/proc'
 mount --rbind /dev '$root/dev'
 mount --rbind -o ro /sys '$root/sys'
