@@ -30,7 +30,8 @@
 # non-zero if anything failed. Environment: CI_REPO, CI_WORK (required),
 # CI_WHEELHOUSE, SID_PYTEST_ARGS, SID_CONFORMANCE_ARGS (the conformance
 # runner's options and patterns; default: every test), SID_VERSIONS (default "3.14 3.15"),
-# SID_QUIET_LIMIT, SID_MIRROR (default http://deb.debian.org/debian).
+# SID_QUIET_LIMIT, SID_MIRROR (default http://deb.debian.org/debian). Each run's log is
+# left in CI_WORK/out (V.suite.log, V.conformance.log, V.times).
 set -uo pipefail
 exec </dev/null
 
@@ -103,7 +104,7 @@ run_watched() {
 # --- 1. the chroot ---------------------------------------------------------
 packages="python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv
   libpython3.14-testsuite libpython3.15-testsuite gcc libc6-dev libibverbs1 ibverbs-providers
-  ca-certificates mount"
+  ca-certificates mount python3-minimal"
 # Built as a tarball, kept for the day under the cache (a rerun unpacks it in
 # seconds; a fresh CI machine builds it); older ones are removed.
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/rdmaspawn
@@ -177,6 +178,8 @@ EOF
 say "inside the chroot (unshare -m): $versions"
 run_watched "$CI_WORK/inside.log" unshare -m --propagation private /bin/sh "$CI_WORK/enter.sh"
 inside_rc=$?
+# The logs (with --durations=30) and the wheels, out of the chroot before it goes.
+rm -rf "$CI_WORK/out" && cp -r "$root/lane/out" "$CI_WORK/out"
 [ "$inside_rc" = 124 ] && say "the run inside was killed as hung"
 
 for v in $versions; do
