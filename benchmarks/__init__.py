@@ -14,5 +14,7 @@ lists the options.  One module per job:
 ``model``      the report as dataclasses, and its JSON
 ``analysis``   ratios, growth per GiB, the targets and their thresholds
 ``table``      the plain-text report; ``readme``: the README block; ``plot``: the PNG
+``startup``    apart: what ``RDMASPAWN=on`` costs an interpreter's start-up
+``sigint``     apart: what holding SIGINT costs a Popen() in the main thread
 =============  ==========================================================
 """

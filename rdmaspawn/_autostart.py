@@ -42,12 +42,9 @@ def apply(settings: Settings) -> list[str]:
         patch()
         done.append("patch()")
     if settings.guard is not None:
-        from .dropin.poolhandler import install
         from .tools.guard import guard
 
-        guard(settings.guard)
-        # A refused fork in a Pool's worker handler fails the job, not hangs it.
-        when_imported("multiprocessing.pool", lambda _: _safely(install, "Pool's worker handler"))
+        guard(settings.guard)  # with Pool's worker handler (see dropin.poolhandler)
         done.append(f"guard({settings.guard!r})")
     if settings.start_method is not None:
         from .dropin.startmethod import prefer_start_method
@@ -68,8 +65,8 @@ def _safely(fn: Callable[[], None], what: str) -> None:
         _say(f"{VARIABLE}: could not adjust {what}: {type(exc).__name__}: {exc}")
 
 
-def _prefer(prefer: Callable[[str], bool], method: str) -> None:
-    if not prefer(method):  # something chose before us (cannot happen at start-up)
+def _prefer(prefer: Callable[[str], object], method: str) -> None:
+    if prefer(method) is None:  # something chose before us (cannot happen at start-up)
         _say(f"multiprocessing's start method was chosen before {VARIABLE} could apply "
              f"{method}: left as it is")
 

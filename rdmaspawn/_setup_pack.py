@@ -8,7 +8,6 @@ closed again once the spawn returns).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import os
 import signal
@@ -158,7 +157,7 @@ def spawn_with(setup: ChildSetup, spawn_flat: Callable[..., tuple[int, int]],
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
         current = signal.pthread_sigmask(signal.SIG_BLOCK, ())
-        setup = dataclasses.replace(setup, signal_mask=frozenset(int(s) for s in current))
+        setup = setup._replace(signal_mask=frozenset(int(s) for s in current))
     ids_change = uid is not None or gid is not None or groups is not None
     with packed(setup, ids_change) as ptr:
         def call() -> tuple[int, int]:

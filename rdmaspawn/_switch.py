@@ -23,7 +23,7 @@ valid items still apply.
 """
 from __future__ import annotations
 
-import dataclasses
+from typing import NamedTuple
 
 __all__ = ["VARIABLE", "GUARD_ACTIONS", "START_METHODS", "Settings", "parse", "ON"]
 
@@ -39,9 +39,9 @@ _OFF = ("off", "0")
 _ITEMS_HELP = ("patch, guard=warn|raise, start_method=forkserver|spawn, verbose, on, off")
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """What one ``RDMASPAWN`` value asks for."""
+class Settings(NamedTuple):
+    """What one ``RDMASPAWN`` value asks for (a NamedTuple: ``dataclasses``
+    would cost every interpreter's start-up ~30 ms)."""
 
     patch: bool = False
     #: ``"warn"``, ``"raise"`` or ``None`` (no guard).
@@ -71,7 +71,7 @@ ON = Settings(patch=True, guard="raise", start_method="forkserver")
 
 def parse(value: str) -> tuple[Settings, list[str]]:
     """``(settings, problems)`` for one value; each problem is one line for the user."""
-    found = dataclasses.asdict(Settings())
+    found = Settings()._asdict()
     problems: list[str] = []
     for raw in value.split(","):
         item = raw.strip()

@@ -29,7 +29,7 @@ def _exec_list(argv0: bytes, env: Mapping[Any, Any] | None) -> list[bytes]:
 
 
 def pty_spawn(
-    argv: Sequence[Any],
+    argv: Sequence[Any] | str | bytes | os.PathLike[Any],
     *,
     env: Mapping[Any, Any] | None = None,
     cwd: Any = None,
@@ -45,9 +45,12 @@ def pty_spawn(
     writes ``master_fd``, closes it, and reaps ``pid`` (``os.waitpid``).
     Raises the ``OSError`` subclass ``subprocess`` would (FileNotFoundError,
     ...) when the program cannot be started; a failed setup step raises
-    :class:`rdmaspawn.ChildSetupError`.
+    :class:`rdmaspawn.ChildSetupError`. A str (bytes, path) ``argv`` is one
+    program without arguments, as for ``pty.spawn``.
     """
-    if not argv:
+    # A str is one program, not a sequence of one-letter names.
+    args: Sequence[Any] = [argv] if isinstance(argv, (str, bytes, os.PathLike)) else argv
+    if not args:
         raise ValueError("argv must not be empty")
     setup = build(ctty=0)
     if preexec is not None:
@@ -58,7 +61,7 @@ def pty_spawn(
             rows, cols = winsize
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         pid, _ = _engine.spawn(
-            argv, _exec_list(os.fsencode(argv[0]), env),
+            args, _exec_list(os.fsencode(args[0]), env),
             env=None if env is None else _engine.env_list(env), cwd=cwd,
             stdin=slave, stdout=slave, stderr=slave, pass_fds=pass_fds, setup=setup)
     except _engine.SpawnError as err:
@@ -66,7 +69,7 @@ def pty_spawn(
         if err.step in ("execve", "chdir"):
             # As subprocess raises it: FileNotFoundError, PermissionError, ...,
             # naming the program as given (err.filename is the path tried).
-            name = argv[0] if err.step == "execve" else err.filename
+            name = args[0] if err.step == "execve" else err.filename
             raise OSError(err.errno, os.strerror(err.errno), name) from None
         raise
     except BaseException:

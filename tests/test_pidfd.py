@@ -136,3 +136,14 @@ def test_stock_popen_under_patch_gets_no_pidfd() -> None:
         proc.wait()
     assert not hasattr(proc, "pidfd")
     assert _open_fds() == before
+
+
+@pytest.mark.parametrize("timeout", [2147484.0, 1e300, float("inf"), float("nan")])
+def test_every_timeout_cpython_takes_waits(timeout: float) -> None:
+    """A timeout too large for one poll() (over INT_MAX ms, inf; nan, which
+    CPython also takes) waits for the child, as CPython's wait() does, in
+    wait() and in run(); it raised OverflowError, and run() killed the child."""
+    proc = rdmaspawn.Popen(["sleep", "0.2"])
+    assert proc.pidfd is not None  # the pidfd wait is what is tried
+    assert proc.wait(timeout=timeout) == 0
+    assert rdmaspawn.run(["sh", "-c", "sleep 0.2; exit 4"], timeout=timeout).returncode == 4

@@ -32,6 +32,9 @@ __all__ = ["patch", "unpatch", "patched", "is_patched"]
 _lock = threading.Lock()
 # (object, attribute, value before, value we set), in the order applied.
 _applied: list[tuple[Any, str, Any, Any]] | None = None
+# The default start methods patch(start_method=) set, for unpatch() to undo
+# (only those: RDMASPAWN's stays).
+_preferences: list[_startmethod.Preference] = []
 
 
 def _swap(done: list[tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
@@ -49,9 +52,11 @@ def patch(start_method: str | None = None) -> None:
     undone by :func:`unpatch`.
     """
     global _applied
-    if start_method is not None:
-        _startmethod.prefer_start_method(start_method)
     with _lock:
+        if start_method is not None:
+            preference = _startmethod.prefer_start_method(start_method)
+            if preference is not None:
+                _preferences.append(preference)
         if _applied is not None:
             return
         # This CPython calls fork_exec as we know, or no patch at all.
@@ -69,10 +74,12 @@ def patch(start_method: str | None = None) -> None:
 
 
 def unpatch() -> None:
-    """Undo :func:`patch`; harmless when not patched."""
+    """Undo :func:`patch` (and the start method it set, nothing else);
+    harmless when not patched."""
     global _applied
-    _startmethod.restore_start_method()
     with _lock:
+        while _preferences:
+            _startmethod.undo_preference(_preferences.pop())
         if _applied is None:
             return
         for obj, name, old, new in reversed(_applied):

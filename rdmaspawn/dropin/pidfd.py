@@ -35,6 +35,20 @@ _close_fd = _capi.close_fd
 _Lock = threading.Lock
 
 
+#: The longest one poll() may sleep: its timeout is an int of milliseconds.
+#: A longer wait (CPython takes any float: 1e300, inf, nan) polls again.
+_POLL_MAX_MS = 2**31 - 1
+
+
+def _poll_ms(remaining: float) -> float:
+    """poll()'s timeout for ``remaining`` seconds: 0 for none left, capped."""
+    if remaining <= 0:
+        return 0
+    if not remaining * 1000 < _POLL_MAX_MS:  # also inf and nan
+        return _POLL_MAX_MS
+    return remaining * 1000
+
+
 class PidfdMixin:
     """For a ``subprocess.Popen`` subclass with ``_cpython_execute_child``."""
 
@@ -106,8 +120,9 @@ class PidfdMixin:
             try:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
-                if not poller.poll(max(timeout, 0) * 1000):
-                    raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[attr-defined]
+                while not poller.poll(_poll_ms(endtime - time.monotonic())):
+                    if endtime - time.monotonic() <= 0:
+                        raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[attr-defined]
             finally:
                 os.close(fd)
         return super()._wait(max(endtime - time.monotonic(), 0))  # type: ignore[misc, no-any-return]

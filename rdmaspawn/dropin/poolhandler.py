@@ -25,12 +25,16 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["install", "is_installed"]
+from .._onimport import when_imported
+
+__all__ = ["install", "install_when_imported", "is_installed"]
 
 _MARK = "__rdmaspawn_poolhandler__"
 _lock = threading.Lock()
 # Every Pool made since install(), to find the one whose worker list failed.
 _pools: weakref.WeakSet[Any] = weakref.WeakSet()
+# install_when_imported() was called: install() runs (or ran) with the import.
+_requested = False
 
 
 def _fail_waiting(cache: Any, exc: BaseException) -> None:
@@ -85,6 +89,17 @@ def install() -> None:
         setattr(__init__, _MARK, True)
         Pool.__init__ = __init__  # type: ignore[method-assign]
         Pool._maintain_pool = staticmethod(_maintain_pool)  # type: ignore[attr-defined]
+
+
+def install_when_imported() -> None:
+    """:func:`install` now if multiprocessing.pool is imported, else when it
+    is (importing it here would cost every guarded process ~15 ms)."""
+    global _requested
+    with _lock:
+        if _requested:
+            return
+        _requested = True
+    when_imported("multiprocessing.pool", lambda _: install())
 
 
 def is_installed() -> bool:

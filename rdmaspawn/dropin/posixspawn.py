@@ -10,7 +10,6 @@ each request behaves as it does in CPython on the path CPython would take.
 """
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 from collections.abc import Mapping
@@ -22,13 +21,36 @@ from . import childsetup as _childsetup
 
 __all__ = ["posix_spawn_method"]
 
-_SIGNATURE = inspect.signature(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+# The running CPython's parameters of _posix_spawn (they differ by version:
+# 3.13 added close_fds), read from its code object: inspect.signature()
+# would import inspect, ~15 ms of every interpreter's start-up under RDMASPAWN.
+_CPYTHON = subprocess.Popen._posix_spawn  # type: ignore[attr-defined]
+_PARAMETERS: tuple[str, ...] = _CPYTHON.__code__.co_varnames[:_CPYTHON.__code__.co_argcount]
+_DEFAULTS: dict[str, Any] = dict(zip(reversed(_PARAMETERS), reversed(_CPYTHON.__defaults__ or ())))
+
+
+def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name, as CPython's function would take them."""
+    if len(args) > len(_PARAMETERS):
+        raise TypeError(f"_posix_spawn() takes {len(_PARAMETERS)} positional arguments "
+                        f"but {len(args)} were given")
+    bound = dict(zip(_PARAMETERS, args))
+    for name, value in kwargs.items():
+        if name not in _PARAMETERS or name in bound:
+            raise TypeError(f"_posix_spawn() got an unexpected or repeated argument {name!r}")
+        bound[name] = value
+    for name in _PARAMETERS:
+        if name not in bound:
+            if name not in _DEFAULTS:
+                raise TypeError(f"_posix_spawn() missing required argument {name!r}")
+            bound[name] = _DEFAULTS[name]
+    return bound
 
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
     internals = _cpython.require()
-    a = _SIGNATURE.bind(self, *args, **kwargs).arguments
+    a = _bind((self, *args), kwargs)
     env: Mapping[Any, Any] | None = a["env"]
     if env is None and internals.posix_spawn_environ:
         env = os.environ

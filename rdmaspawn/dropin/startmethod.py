@@ -28,15 +28,20 @@ used one.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._switch import START_METHODS
 
-__all__ = ["get_context", "prefer_start_method", "restore_start_method"]
+__all__ = ["get_context", "prefer_start_method", "undo_preference", "Preference"]
 
 _lock = threading.Lock()
-# The default context we replaced, while our preference is in force.
-_replaced: Any | None = None
+
+
+class Preference(NamedTuple):
+    """One change of the default context: what to put back, and ours."""
+
+    replaced: Any
+    ours: Any
 
 
 def _private_context_module() -> Any:
@@ -52,35 +57,31 @@ def _check(method: str) -> None:
             f"start method must be one of {', '.join(map(repr, START_METHODS))}, not {method!r}")
 
 
-def prefer_start_method(method: str = "forkserver") -> bool:
+def prefer_start_method(method: str = "forkserver") -> Preference | None:
     """Make ``method`` multiprocessing's default unless the program already chose or used one.
 
-    Returns whether it did. Undo with :func:`restore_start_method`.
+    Returns the change made (None: none), for :func:`undo_preference`.
+    Whoever undoes undoes only its own change (``unpatch()`` leaves what
+    ``RDMASPAWN=start_method=`` set).
     """
-    global _replaced
     _check(method)
     context = _private_context_module()
     default = context._default_context
     with _lock:
         if default._actual_context is not None:
-            return False
-        previous = default._default_context
-        default._default_context = context._concrete_contexts[method]
-        if _replaced is None:
-            _replaced = previous
-    return True
+            return None
+        replaced = default._default_context
+        default._default_context = ours = context._concrete_contexts[method]
+    return Preference(replaced, ours)
 
 
-def restore_start_method() -> None:
-    """Put back multiprocessing's own default where nothing has used ours yet."""
-    global _replaced
+def undo_preference(preference: Preference) -> None:
+    """Put back the default ``preference`` replaced, where it is still in
+    force and nothing has used it (else the later choice stands)."""
+    default = _private_context_module()._default_context
     with _lock:
-        if _replaced is None:
-            return
-        default = _private_context_module()._default_context
-        if default._actual_context is None:
-            default._default_context = _replaced
-        _replaced = None
+        if default._actual_context is None and default._default_context is preference.ours:
+            default._default_context = preference.replaced
 
 
 def get_context(method: str = "forkserver") -> Any:

@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 from .. import _cpython, _wrapping
 from .._procfs import Mapping, dontfork_mappings, has_dontfork
+from ..dropin import poolhandler
 from ..dropin.childsetup import as_setup
 from ..dropin.patch import is_patched
 from .callsite import call_from
@@ -220,6 +221,9 @@ def guard(action: str = "warn") -> None:
             _installed[key] = wrapper
             _active.add(wrapper)
         _mode = action
+    # A fork refused in a Pool's worker handler must fail the job, not hang
+    # it, however the guard was turned on (now, or when the pool module comes).
+    poolhandler.install_when_imported()
 
 
 def unguard() -> None:

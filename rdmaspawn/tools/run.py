@@ -2,7 +2,10 @@
 
 ``run`` writes the ``RDMASPAWN`` environment variable (see
 :mod:`rdmaspawn._switch`) and then *becomes* CMD with ``execvp``: no process
-stays in between. So every signal sent to ``run``'s pid reaches CMD, CMD's
+stays in between, and CMD starts as a shell would start it (default
+dispositions for the signals Python ignores, the environment ``run`` was
+given, a script without ``#!`` run by /bin/sh: see :mod:`.shellexec`). So
+every signal sent to ``run``'s pid reaches CMD, CMD's
 exit status is the job's (a shell shows a death by signal N as 128+N, Python's
 ``subprocess`` as -N, exactly as for CMD alone), and ``run`` adds no child,
 no zombie and no waiting. Every Python interpreter in CMD's tree that has
@@ -14,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import errno
-import os
 import sys
 from collections.abc import Sequence
 
 from .._switch import GUARD_ACTIONS, ON, START_METHODS, VARIABLE, Settings
+from .shellexec import exec_as_shell, initial_environ
 
 __all__ = ["main", "settings_from_args"]
 
@@ -73,16 +76,15 @@ def main(argv: Sequence[str]) -> int:
         command = command[1:]
     if not command:
         return _fail("no command given (usage: rdmaspawn run [options] -- CMD [ARGS...])", USAGE)
-    env = dict(os.environ)
+    env = initial_environ()  # not what Python's start-up changed
     env[VARIABLE] = settings_from_args(ns).to_env()
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execvpe(command[0], command, env)
+        exec_as_shell(command, env)
     except FileNotFoundError:
         return _fail(f"{command[0]}: command not found", NOT_FOUND)
     except OSError as exc:
         if exc.errno == errno.ENOENT:  # e.g. a script whose interpreter is missing
             return _fail(f"{command[0]}: {exc.strerror}", NOT_FOUND)
         return _fail(f"{command[0]}: {exc.strerror}", NOT_EXECUTABLE)
-    raise AssertionError("execvpe returned")  # pragma: no cover
