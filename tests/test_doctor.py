@@ -353,3 +353,23 @@ def test_rdma_netlink_reply_parsing() -> None:
     assert absent[0] is False and "kernel < 5.13" in absent[1]
     err = _copy_on_fork_attribute(struct.pack("=IHHIIi", 20, 2, 0, 1, 0, -errno.EPERM))
     assert err == (None, f"RDMA netlink refused the query: {os.strerror(errno.EPERM)}")
+
+
+def test_clone_path_in_text_and_json() -> None:
+    """The doctor names the system call the engine starts children with: clone3
+    by default, clone (and why) under RDMASPAWN_CLONE=clone; for another
+    process it cannot know, and says so (null in JSON)."""
+    env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN_CLONE"}
+    doc = [sys.executable, "-m", "rdmaspawn", "doctor"]
+    plain = json.loads(subprocess.run([*doc, "--json"], env=env, capture_output=True,
+                                      text=True, timeout=60).stdout)
+    assert plain["clone_path"] == "clone3" and "CLONE_CLEAR_SIGHAND" in plain["clone_path_note"]
+    env["RDMASPAWN_CLONE"] = "clone"
+    forced = json.loads(subprocess.run([*doc, "--json"], env=env, capture_output=True,
+                                       text=True, timeout=60).stdout)
+    assert forced["clone_path"] == "clone" and "RDMASPAWN_CLONE=clone" in forced["clone_path_note"]
+    text = subprocess.run(doc, env=env, capture_output=True, text=True, timeout=60).stdout
+    assert "rdmaspawn's clone path: clone -- glibc clone(), forced by RDMASPAWN_CLONE=clone" in text
+    with Holder() as w:
+        other = doctor(w.pid)
+        assert other.clone_path is None and "only the process itself" in other.clone_path_note
