@@ -1,0 +1,49 @@
+#!/bin/sh
+# The arm64 lane's work inside the VM: /init (tests/c/arm64_init.c) runs this
+# as /harness on Debian's arm64 kernel, in the bookworm userland that
+# .ci/lanes/arm64.sh packed with the aarch64 wheel installed (no compiler
+# here).  Every line that the host reads starts with "arm64-lane:"; the
+# tests print one line each (-v), which is the host watchdog's sign of life.
+export PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 TMPDIR=/tmp
+export PYTHONDONTWRITEBYTECODE=1 RDMASPAWN_REQUIRE_VERBS=1
+unset RDMASPAWN_CLONE
+set -f  # the subset's test ids hold brackets
+cd /lane || exit 1
+failed=0
+
+say() { echo "arm64-lane: $*"; echo "arm64-lane: [uptime $(cut -d' ' -f1 /proc/uptime)s]"; }
+check() {  # check NAME COMMAND...: a step that must exit 0
+  name=$1; shift
+  say "step $name"
+  if "$@"; then say "result $name passed"; else say "result $name FAILED ($?)"; failed=1; fi
+}
+
+say "kernel $(uname -r) $(uname -m), $(python3 --version), $(nproc) CPUs"
+check "rdmaspawn demo" python3 -m rdmaspawn demo
+check "rdmaspawn doctor" rdmaspawn doctor
+check "rdmaspawn doctor --json (clone3)" sh -c \
+  'rdmaspawn doctor --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(d[\"clone_path\"]); sys.exit(d[\"clone_path\"] != \"clone3\")"'
+check "rdmaspawn doctor --json (RDMASPAWN_CLONE=clone)" sh -c \
+  'RDMASPAWN_CLONE=clone rdmaspawn doctor --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(d[\"clone_path\"]); sys.exit(d[\"clone_path\"] != \"clone\")"'
+
+# The subset, as /lane/subset lists it (one pytest argument a line), once on
+# the clone3 path and once on glibc's clone() (RDMASPAWN_CLONE=clone, which
+# helper interpreters inherit).
+for path in clone3 clone; do
+  say "pytest $path: $(tr '\n' ' ' </lane/subset)"
+  if [ "$path" = clone ]; then export RDMASPAWN_CLONE=clone; fi
+  : >/tmp/pytest.log
+  # shellcheck disable=SC2046
+  python3 -m pytest -v -p no:cacheprovider --durations=5 $(cat /lane/subset) >/tmp/pytest.log 2>&1 &
+  pid=$!
+  # The log goes to the console line by line: a file first, so that pytest
+  # sees no terminal and a slow console never blocks it.
+  tail -n +1 -f /tmp/pytest.log --pid=$pid
+  wait $pid
+  rc=$?
+  say "pytest $path exit $rc"
+  [ $rc -eq 0 ] || failed=1
+  unset RDMASPAWN_CLONE
+done
+say "done, failed=$failed"
+exit $failed
