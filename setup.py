@@ -11,7 +11,7 @@ from setuptools.command.build_py import build_py
 # reaches: build_py copies it there, into the wheel's root for `pip install .`
 # and, for `pip install -e .` (PEP 660), into the editable wheel, whose root
 # setuptools hands the install command as install_lib.
-PTH = "src/rdmaspawn-autostart.pth"
+PTH = "rdmaspawn-autostart.pth"
 
 
 class build_py_with_pth(build_py):

@@ -2,7 +2,7 @@
 
 The cdef is the marked blocks of the headers in CDEF_HEADERS, so the headers
 document exactly what Python can call through cffi. python/*.c, which use
-the Python C API, are compiled in too (see src/rdmaspawn/_capi.py).
+the Python C API, are compiled in too (see rdmaspawn/_capi.py).
 setup.py names this file in ``cffi_modules``.
 """
 import os

@@ -256,7 +256,8 @@ int rs_child_main(void *arg)
         return fail(c, RS_STEP_SETSID, rc);
     if (r->pgid >= 0 && (rc = rs_sys2(SYS_setpgid, 0, r->pgid)) < 0)
         return fail(c, RS_STEP_SETPGID, rc);
-    if (setup && (rc = rs_setup_early(setup, c->in_cgroup, &step)) < 0)
+    if (setup && !setup->early_after_ids &&
+        (rc = rs_setup_early(setup, c->in_cgroup, &step)) < 0)
         return fail(c, step, rc);
     if (r->set_groups &&
         (rc = rs_sys2(SYS_setgroups, r->n_groups, (long)r->groups)) < 0)
@@ -271,6 +272,11 @@ int rs_child_main(void *arg)
     if (r->set_uid &&
         (rc = rs_sys2(SYS_setreuid, r->uid, r->uid)) < 0)
         return fail(c, RS_STEP_SETUID, rc);
+    /* A preexec_fn's steps run as the new user, as under CPython: what it
+     * may not do (a lower nice value) is refused as it would be there. */
+    if (setup && setup->early_after_ids &&
+        (rc = rs_setup_early(setup, c->in_cgroup, &step)) < 0)
+        return fail(c, step, rc);
     if (setup && (rc = rs_setup_late(setup, &step)) < 0)
         return fail(c, step, rc);
 

@@ -73,6 +73,9 @@ struct rs_setup {
     int cgroup_procs_fd;        /* -1, or its cgroup.procs, open for writing:
                                    the child joins through it where clone3
                                    could not place it (Linux < 5.7) */
+    const char *cgroup_procs_path;  /* NULL, or a cgroup.procs the child opens
+                                   itself, as the new user (a preexec_fn's
+                                   cgroup with the ids changing) */
     int ctty_fd;                /* -1, or a tty fd (child numbering) to make
                                    the controlling terminal; needs setsid */
     const struct rs_rlimit *rlimits;
@@ -83,6 +86,10 @@ struct rs_setup {
     int ioprio;                 /* ioprio_set(IOPRIO_WHO_PROCESS, 0, ioprio) */
     const unsigned long long *cpu_mask;     /* NULL, or sched_setaffinity's mask */
     int cpu_mask_bytes;
+    int early_after_ids;        /* 1: cgroup, ctty, rlimits, nice, ioprio and
+                                   affinity after the id change, where CPython
+                                   calls a preexec_fn; 0: before it (the
+                                   keywords' privilege-first order) */
     unsigned long long ignore_signals;      /* set to SIG_IGN */
     unsigned long long default_signals;     /* set to SIG_DFL */
     int set_signal_mask;

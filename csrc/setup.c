@@ -11,7 +11,9 @@
  *   3. rs_setup_early(), after setsid/setpgid and before the ids change, so
  *      that a limit or a priority a dropped user may not set still can be:
  *      cgroup (where clone3 did not place the child), controlling tty,
- *      rlimits, nice, ioprio, CPU affinity.
+ *      rlimits, nice, ioprio, CPU affinity. With early_after_ids (a
+ *      preexec_fn's steps) right after the ids change instead, where CPython
+ *      calls preexec_fn, so that the same value is refused the same way.
  *   4. rs_setup_late(), after the ids change: no_new_privs, then the death
  *      signal, last, because the kernel clears it on a credential change
  *      (prctl(2), PR_SET_PDEATHSIG). If the parent died before the prctl,
@@ -20,6 +22,7 @@
  * Each returns 0 or a negative errno with *step set.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
@@ -72,6 +75,19 @@ static long join_cgroup(int procs_fd)
     return rc < 0 ? rc : 0;
 }
 
+/* As the user the child is now, as CPython's preexec_fn would: the parent's
+ * open file would carry the parent's permission (Linux 5.16+ checks the
+ * opener's credentials for cgroup.procs). */
+static long join_cgroup_at(const char *procs_path)
+{
+    long fd = rs_sys4(SYS_openat, AT_FDCWD, (long)procs_path, O_WRONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return fd;
+    long rc = join_cgroup((int)fd);
+    rs_sys1(SYS_close, fd);
+    return rc;
+}
+
 /* nice(2): relative to the current value; getpriority returns 20 - nice. */
 static long add_nice(int increment)
 {
@@ -90,6 +106,11 @@ long rs_setup_early(const struct rs_setup *s, int in_cgroup, int *step)
     if (s->cgroup_procs_fd >= 0 && !in_cgroup) {
         *step = RS_STEP_CGROUP;
         if ((rc = join_cgroup(s->cgroup_procs_fd)) < 0)
+            return rc;
+    }
+    if (s->cgroup_procs_path) {
+        *step = RS_STEP_CGROUP;
+        if ((rc = join_cgroup_at(s->cgroup_procs_path)) < 0)
             return rc;
     }
     if (s->ctty_fd >= 0) {

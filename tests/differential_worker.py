@@ -39,7 +39,7 @@ def _popen(popen: type, args: object, kwargs: dict) -> tuple:
     except Exception as exc:
         return _describe(exc)
     try:
-        out, _ = p.communicate(timeout=10)
+        out, _ = p.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()

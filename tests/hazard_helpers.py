@@ -233,15 +233,16 @@ class Holder:
 
     ``files``: paths to map one page of and mark DONTFORK; ``plant``: a
     :func:`~rdmaspawn.testing.hazard.plant` method or None; ``engine``: import
-    rdmaspawn's engine; ``uid``: setresuid() to it once ready (root only).
+    rdmaspawn's engine; ``uid``: setresuid() to it once ready (root only);
+    ``options``: interpreter options before ``-c`` (``-X`` takes any text).
     ``info`` is what the child printed: ``pid``, ``marked`` (path -> address),
     ``hazard`` (the planted Hazard as a dict, or None).
     """
 
     def __init__(self, files: list[str] = [], plant: str | None = None, engine: bool = False,
-                 uid: int | None = None) -> None:
+                 uid: int | None = None, options: list[str] = []) -> None:
         cfg = json.dumps({"files": files, "plant": plant, "engine": engine, "uid": uid})
-        self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, cfg], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, *options, "-c", _HOLDER, cfg], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

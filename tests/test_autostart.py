@@ -60,8 +60,11 @@ def report(*flags: str, value: str | None, **kw: object) -> dict[str, object]:
 
 
 def installed_hook() -> str:
-    """The .pth file the installed rdmaspawn put in site-packages."""
-    for entry in sys.path:
+    """The .pth file the installed rdmaspawn put in site-packages (not the checkout's own
+    copy at the repository root, which is on sys.path under ``python -m pytest``)."""
+    import site
+
+    for entry in [*site.getsitepackages(), site.getusersitepackages()]:
         path = os.path.join(entry, HOOK)
         if os.path.isfile(path):
             return path
@@ -219,3 +222,42 @@ def test_pythonstartup_runs_and_the_hook_stays(tmp_path: Path) -> None:
                      "rdmaspawn.is_patched())\n", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "RESULT True True" in r.stdout, (r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12),
+                    reason="before 3.12 a subinterpreter loads the core like the main one")
+def test_a_subinterpreter_is_told_the_truth() -> None:
+    """Under RDMASPAWN a subinterpreter runs the hook, and the built C core
+    cannot be loaded there (cffi modules are single-phase): the one line says
+    so, not that the core is unbuilt and needs a pip install."""
+    code = textwrap.dedent("""\
+        try:
+            import _interpreters as interpreters
+        except ImportError:
+            import _xxsubinterpreters as interpreters
+        interp = interpreters.create()
+        interpreters.run_string(interp, "pass")
+    """)
+    res = python("-c", code, value="on")
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and "does not support loading in subinterpreters" in lines[0], lines
+    assert "not built" not in res.stderr and "pip install" not in res.stderr, lines
+
+
+#: What RDMASPAWN=on must not import at start-up: dataclasses pulled in
+#: inspect, ast and tokenize, ~30-40 ms of CPU per interpreter on 3.13
+#: (benchmarks/startup.py measures the whole cost). dis (~2 ms) stays:
+#: _cpython reads Popen._execute_child's bytecode with it.
+HEAVY_AT_START = ("dataclasses", "inspect", "ast", "tokenize")
+
+
+def test_on_leaves_the_heavy_modules_unimported() -> None:
+    """The start-up cost of ``on`` is subprocess and the engine, not
+    dataclasses and what it imports: none of them is loaded after start-up
+    (checked by presence, not timing)."""
+    code = ("import json, sys; import rdmaspawn; "
+            f"print(json.dumps([m for m in {HEAVY_AT_START!r} if m in sys.modules]))")
+    for value in (None, "on"):
+        r = python("-c", code, value=value)
+        assert (r.returncode, r.stdout.strip()) == (0, "[]"), (value, r.stdout, r.stderr)

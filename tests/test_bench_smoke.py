@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rdmaspawn.bench.analysis import MIN_ROUNDS_FOR_SPREAD, fmt_figure, round_ratio_spread
 from rdmaspawn.bench.model import Target
 from rdmaspawn.bench.numbers import fmt_us

@@ -104,3 +104,37 @@ def test_not_a_cgroup_is_an_oserror_naming_the_path(tmp_path: object) -> None:
         rdmaspawn.run(["true"], cgroup=str(tmp_path))
     assert info.value.filename == os.path.join(str(tmp_path), "cgroup.procs")
     assert children() == before
+
+
+def test_preexec_cgroup_is_joined_as_the_new_user(cgroup: tuple[str, str]) -> None:
+    """preexec_fn=preexec.cgroup(path) with user=nobody joins as nobody, after
+    the id change, as CPython's preexec_fn does: refused (a SubprocessError)
+    where nobody may not write cgroup.procs, as under stock CPython. (A
+    cgroup.procs opened by the root parent let nobody in.) The keyword
+    cgroup= keeps the privilege-first order: the child starts in it."""
+    path, name = cgroup
+    code = f"""
+        import json, subprocess, rdmaspawn, rdmaspawn.preexec as P
+        def outcome(popen, **kwargs):
+            try:
+                out = popen([sys.executable, "-I", {PROBE!r}], stdout=subprocess.PIPE,
+                            user=65534, group=65534, extra_groups=[], cwd="/",
+                            **kwargs).communicate()[0]
+                return json.loads(out)["cgroup"]
+            except Exception as exc:
+                return [type(exc).__name__, isinstance(exc, subprocess.SubprocessError)]
+        out = {{"stock": outcome(subprocess.Popen, preexec_fn=P.cgroup({path!r}))}}
+        out["ours"] = outcome(rdmaspawn.Popen, preexec_fn=P.cgroup({path!r}))
+        with rdmaspawn.patched():
+            out["patched"] = outcome(subprocess.Popen, preexec_fn=P.cgroup({path!r}))
+        out["keyword"] = outcome(rdmaspawn.Popen, cgroup={path!r})
+        print(json.dumps(out))
+    """
+    # nobody cannot run this venv's interpreter (under /root); the system's will do.
+    python = "/usr/bin/python3"
+    run = run_with_hazard(code.replace("sys.executable", repr(python)), None)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["stock"] == ["SubprocessError", True]
+    assert out["ours"] == out["patched"] == ["ChildSetupError", True]
+    assert out["keyword"] == [name]

@@ -269,3 +269,115 @@ def test_guard_lets_recognised_values_through() -> None:
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"guard-first": [0, True],
                                                        "patch-first": [0, True]}
+
+
+def test_launchers_own_preexec_fn_is_refused_by_the_engine() -> None:
+    """A launcher's own closure (Ray starts gcs_server with one that blocks
+    SIGINT and sets a death signal), under patch() with the guard on in
+    either order and in either action, and under patch() alone: the engine's
+    refusal, PreexecFnError (a SubprocessError), naming the callable as
+    module.qualname and listing the replacements (pthread_sigmask ->
+    preexec.signal_mask among them), and not advising the patch() in force."""
+    run = run_with_hazard("""
+        import json, subprocess, rdmaspawn
+        def start_gcs_server():
+            def preexec_fn():
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            return subprocess.Popen(["true"], preexec_fn=preexec_fn)
+        out = {}
+        for order in ("patch-only", "guard-first", "patch-first", "patch-first-warn"):
+            if order == "guard-first":
+                rdmaspawn.guard("raise"); rdmaspawn.patch()
+            elif order == "patch-only":
+                rdmaspawn.patch()
+            else:
+                rdmaspawn.patch(); rdmaspawn.guard(order.endswith("warn") and "warn" or "raise")
+            try:
+                start_gcs_server().wait()
+                out[order] = None
+            except Exception as exc:
+                out[order] = [type(exc).__name__, isinstance(exc, subprocess.SubprocessError),
+                              str(exc)]
+            rdmaspawn.unguard(); rdmaspawn.unpatch()
+        print(json.dumps(out))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.splitlines()[-1])
+    for order, result in out.items():
+        assert result is not None, order
+        name, is_subprocess_error, message = result
+        assert (name, is_subprocess_error) == ("PreexecFnError", True), (order, message)
+        assert "__main__.start_gcs_server.<locals>.preexec_fn" in message, message
+        assert "signal.pthread_sigmask" in message, message
+        assert "rdmaspawn.preexec.signal_mask(" in message, message
+        assert "rdmaspawn.patch()" not in message, message
+
+
+def test_guard_does_not_advise_the_patch_in_force() -> None:
+    """The guard's refusal of os.fork() advises rdmaspawn.patch() only where
+    patch() is not in force already."""
+    run = run_with_hazard("""
+        import json, rdmaspawn
+        out = {}
+        rdmaspawn.guard("raise")
+        for state in ("unpatched", "patched"):
+            if state == "patched":
+                rdmaspawn.patch()
+            try:
+                os.fork()
+            except rdmaspawn.ForkHazardError as exc:
+                out[state] = str(exc)
+        print(json.dumps(out))
+    """, "madvise")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert "rdmaspawn.patch()" in out["unpatched"]
+    assert "rdmaspawn.patch()" not in out["patched"]
+    assert "rdmaspawn.Popen" in out["patched"]
+
+
+PREEXEC_AFTER_IDS = {
+    "partial(os.nice, -5)": "functools.partial(os.nice, -5)",
+    "preexec.nice(-5)": "P.nice(-5)",
+    "chain(os.setsid, nice(-5))": "P.chain(os.setsid, P.nice(-5))",
+}
+
+
+@pytest.mark.parametrize("how", ["rdmaspawn.Popen", "patch()"])
+def test_preexec_fn_runs_after_the_id_change_as_in_cpython(how: str) -> None:
+    """A recognised preexec_fn with user=nobody is refused where CPython
+    refuses it: CPython calls preexec_fn after the id change, and nobody may
+    not lower its nice value. (The engine ran it before
+    the change: a nobody child at nice -5.) The keywords keep their
+    privilege-first order, also next to a recognised preexec_fn."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to change user")
+    code = textwrap.dedent(f"""
+        import functools, json, os, resource, subprocess, rdmaspawn
+        import rdmaspawn.preexec as P
+        values = {PREEXEC_AFTER_IDS!r}
+        popen = rdmaspawn.Popen if {how!r} == "rdmaspawn.Popen" else subprocess.Popen
+        def outcome(popen, **kwargs):
+            try:
+                return popen(["/bin/true"], user=65534, group=65534, extra_groups=[],
+                             cwd="/", **kwargs).wait()
+            except Exception as exc:
+                return [type(exc).__name__, isinstance(exc, subprocess.SubprocessError)]
+        out = {{"stock": {{name: outcome(subprocess.Popen, preexec_fn=eval(value))
+                           for name, value in values.items()}}}}
+        if {how!r} == "patch()":
+            rdmaspawn.patch()
+        out["ours"] = {{name: outcome(popen, preexec_fn=eval(value))
+                        for name, value in values.items()}}
+        out["keywords"] = [outcome(rdmaspawn.Popen, nice=-5),
+                           outcome(rdmaspawn.Popen, nice=-5, preexec_fn=os.setsid)]
+        print(json.dumps(out))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert all(result == ["SubprocessError", True] for result in out["stock"].values()), out
+    for name, result in out["ours"].items():
+        assert result in (["ChildSetupError", True], ["SubprocessError", True]), (name, out)
+    assert out["keywords"] == [0, 0]

@@ -355,6 +355,29 @@ def test_rdma_netlink_reply_parsing() -> None:
     assert err == (None, f"RDMA netlink refused the query: {os.strerror(errno.EPERM)}")
 
 
+def test_text_escapes_what_other_processes_control() -> None:
+    """A process's command line and the names of its mapped files are its
+    owner's to choose: `doctor --all` and `doctor --pid` print their control
+    codes escaped (a title change, cursor-up and erase-line, a C1 CSI), never
+    raw, and --json keeps them as data."""
+    hostile = "\x1b]0;owned\x07\x1b[1A\x1b[2K\x9b2J"
+    path = shm_file("rdmaspawn-\x1b[2K-name")
+    try:
+        with Holder(files=[path], options=["-X", hostile]) as holder:
+            scan = cli("--all")
+            one = cli("--pid", str(holder.pid))
+            lines = cli("--all", "--json")
+    finally:
+        os.unlink(path)
+    for run in (scan, one):
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert not any(ch in run.stdout for ch in "\x1b\x07\x9b"), run.stdout
+    assert "\\x1b]0;owned\\x07\\x1b[1A\\x1b[2K\\x9b2J" in scan.stdout
+    assert "rdmaspawn-\\x1b[2K-name" in one.stdout
+    by_pid = {o.get("pid"): o for o in map(json.loads, lines.stdout.splitlines())}
+    assert hostile in by_pid[holder.pid]["command"]
+
+
 def test_clone_path_in_text_and_json() -> None:
     """The doctor names the system call the engine starts children with: clone3
     by default, clone (and why) under RDMASPAWN_CLONE=clone; for another

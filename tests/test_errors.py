@@ -6,6 +6,7 @@ the process has no new fd and no zombie child.
 """
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -304,3 +305,38 @@ def test_process_group_beyond_c_int_is_refused(value):
     with pytest.raises(OverflowError):
         rdmaspawn.Popen(["/bin/true"], process_group=value)
     assert children() == kids
+
+
+FAILING_PREEXEC = {
+    "setpgid_no_such_group": "functools.partial(os.setpgid, 0, 999999)",
+    "process_group_helper": "rdmaspawn.preexec.process_group(999999)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_PREEXEC))
+def test_failing_recognised_preexec_fn_is_a_subprocess_error(name):
+    """A recognised preexec_fn that fails in the child (setpgid to a group that
+    does not exist: EPERM) raises a SubprocessError, as CPython's "Exception
+    occurred in preexec_fn." is: ChildSetupError, naming the step; not the
+    bare PermissionError a failed process_group= gives. Nothing is leaked."""
+    import functools  # noqa: F401  (the values are evaluated here)
+
+    preexec_fn = eval(FAILING_PREEXEC[name])
+    theirs = _outcome(subprocess.Popen, ["/bin/true"], {"preexec_fn": preexec_fn})
+    assert theirs[0] is subprocess.SubprocessError
+    fds, kids = open_fds(), children()
+    with pytest.raises(rdmaspawn.ChildSetupError) as info:
+        rdmaspawn.Popen(["/bin/true"], preexec_fn=preexec_fn)
+    assert isinstance(info.value, subprocess.SubprocessError)
+    assert (info.value.errno, info.value.step) == (errno.EPERM, "setpgid")
+    assert open_fds() == fds
+    assert children() == kids
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="process_group= is 3.11's")
+def test_failing_process_group_keyword_stays_an_oserror():
+    """process_group= is no preexec_fn: its failure is CPython's PermissionError."""
+    args, kwargs = ["/bin/true"], {"process_group": 999999}
+    theirs = _outcome(subprocess.Popen, args, kwargs)
+    assert theirs[0] is PermissionError
+    assert _outcome(rdmaspawn.Popen, args, kwargs) == theirs

@@ -213,3 +213,45 @@ def test_guarded_and_is_guarded_are_exported_lazily() -> None:
 
     assert rdmaspawn.guarded is G.guarded and rdmaspawn.is_guarded is G.is_guarded
     assert {"guarded", "is_guarded"} <= set(rdmaspawn.__all__)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12),
+                    reason="CPython warns about fork() with threads from 3.12 on")
+def test_cpythons_fork_warning_blames_the_caller(tmp_path: Any) -> None:
+    """CPython's DeprecationWarning for fork() in a multi-threaded process
+    names the line that called os.fork()/os.forkpty(), with guard() on as
+    without it (it named tools/guard.py), so that a filter on the caller's
+    module still applies to it."""
+    script = tmp_path / "forker.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys, threading, warnings
+        import rdmaspawn.tools.guard as G
+        stop = threading.Event()
+        threading.Thread(target=stop.wait).start()
+        def fork_here(fork):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                pid = fork()                                      # FORK LINE
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+            return [(w.category.__name__, w.filename, w.lineno) for w in caught]
+        out = {"stock": fork_here(os.fork)}
+        G.guard(sys.argv[1])
+        out["guarded fork"] = fork_here(os.fork)
+        out["guarded forkpty"] = fork_here(lambda: os.forkpty()[0])  # FORKPTY LINE
+        stop.set()
+        print(json.dumps(out))
+    """))
+    lines = script.read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if "FORK LINE" in text)
+    pty_line = next(n for n, text in enumerate(lines, 1) if "FORKPTY LINE" in text)
+    for action in ("warn", "raise"):
+        r = subprocess.run([sys.executable, str(script), action], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.splitlines()[-1])
+        expected = [["DeprecationWarning", str(script), line]]
+        assert out["stock"] == expected
+        assert out["guarded fork"] == expected, action
+        assert out["guarded forkpty"] == [["DeprecationWarning", str(script), pty_line]]

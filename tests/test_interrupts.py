@@ -144,3 +144,104 @@ def test_popen_outside_the_main_thread_holds_nothing():
         print(json.dumps(seen))
     """)
     assert out == [True, 0]
+
+
+# glibc's struct sigaction (x86-64 and aarch64 alike): the handler, a
+# 1024-bit sigset_t, then int sa_flags.
+_FLAGS = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def sigint_flags():
+    buf = ctypes.create_string_buffer(512)
+    assert libc.sigaction(2, None, buf) == 0
+    return int.from_bytes(buf.raw[136:140], "little")
+SA_RESTART = 0x10000000
+"""
+
+
+def test_the_hold_keeps_sa_restart() -> None:
+    """SIGINT's SA_RESTART (``signal.siginterrupt(SIGINT, False)``) is there
+    after Popen() as before it; the hold dropped it (Python's signal()
+    installs without it)."""
+    out = _run(_FLAGS + textwrap.dedent("""
+        import json, signal
+        import rdmaspawn
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        signal.siginterrupt(signal.SIGINT, False)
+        before = sigint_flags()
+        rdmaspawn.Popen(["/bin/true"]).wait()
+        print(json.dumps({"restart_before": bool(before & SA_RESTART),
+                          "same_flags": sigint_flags() == before}))
+    """))
+    assert out == {"restart_before": True, "same_flags": True}
+
+
+def test_a_handler_installed_during_popen_stays() -> None:
+    """A SIGINT handler the program installs while Popen() runs (here from
+    the env mapping it reads; in the field from another signal's handler) is
+    SIGINT's handler afterwards; the hold put back the stale one."""
+    out = _run("""
+        import json, signal
+        import rdmaspawn
+
+        def later(signum, frame):
+            pass
+
+        class Env(dict):
+            def items(self):
+                signal.signal(signal.SIGINT, later)
+                return super().items()
+
+        rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
+        print(json.dumps({"kept": signal.getsignal(signal.SIGINT) is later}))
+    """)
+    assert out == {"kept": True}
+
+
+def test_sigint_changes_from_a_signal_handler_during_spawns_all_stay() -> None:
+    """A SIGTERM handler that installs a new SIGINT handler, run at random
+    moments of a spawn loop (a thread sends SIGTERM, then waits until the
+    handler ran): after each, SIGINT's handler is the one it installed (34
+    and 45 of 60 were lost). The count is of changes, not of time."""
+    out = _run("""
+        import json, os, signal, threading, time, random
+        import rdmaspawn
+
+        installed = []
+        ran = threading.Event()
+
+        def on_term(signum, frame):
+            def h(s, f):
+                pass
+            signal.signal(signal.SIGINT, h)
+            installed.append(h)
+            ran.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        main = threading.main_thread().ident
+        stop = threading.Event()
+        lost = []
+        rng = random.Random(2)
+
+        def sender():
+            while not stop.is_set() and len(installed) < 60:
+                time.sleep(rng.uniform(0, 0.003))
+                ran.clear()
+                signal.pthread_kill(main, signal.SIGTERM)
+                ran.wait()
+
+        t = threading.Thread(target=sender)
+        t.start()
+        checked = 0
+        while t.is_alive():
+            rdmaspawn.Popen(["/bin/true"]).wait()
+            n = len(installed)
+            if n > checked:  # each change must still be in force now
+                checked = n
+                if signal.getsignal(signal.SIGINT) is not installed[-1]:
+                    lost.append(n)
+        stop.set()
+        t.join()
+        print(json.dumps({"changes": len(installed), "lost": len(lost)}))
+    """)
+    assert out["changes"] == 60 and out["lost"] == 0, out

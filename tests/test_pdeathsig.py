@@ -19,7 +19,7 @@ _HARNESS = """
 import ctypes, json, subprocess, time, rdmaspawn
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)    # PR_SET_CHILD_SUBREAPER
 
-def reap(pid, timeout=10):
+def reap(pid, timeout=60):
     # The grandchild, reparented to us once the middle process is gone.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -42,7 +42,7 @@ def middle(code):
 
 
 def _harness(code: str) -> dict:
-    run = run_with_hazard(_HARNESS + textwrap.dedent(code), "madvise", timeout=60)
+    run = run_with_hazard(_HARNESS + textwrap.dedent(code), "madvise", timeout=180)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.splitlines()[-1])
 
@@ -60,7 +60,7 @@ def test_parent_killed_right_after_the_spawn() -> None:
                 "time.sleep(30)\\n" % kwargs)
             proc.kill()
             proc.wait()
-            out[name] = reap(pid, timeout=10 if name == "pdeathsig" else 0.5)
+            out[name] = reap(pid, timeout=60 if name == "pdeathsig" else 0.5)
         print(json.dumps(out))
     """)
     assert out == {"pdeathsig": "signal SIGTERM", "control": "still running"}
@@ -114,7 +114,7 @@ def test_stock_cpython_loses_the_child_with_the_thread() -> None:
             proc = pool.submit(lambda: subprocess.Popen(
                 ["sleep", "30"], preexec_fn=P.pdeathsig(signal.SIGTERM))).result()
         try:
-            print(proc.wait(timeout=10))
+            print(proc.wait(timeout=60))
         except subprocess.TimeoutExpired:
             proc.kill()
             print("still running", proc.wait())

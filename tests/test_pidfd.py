@@ -66,7 +66,7 @@ def test_send_signal_goes_through_the_pidfd(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
     proc = rdmaspawn.Popen(["sleep", "30"])
     proc.terminate()
-    assert proc.wait(timeout=10) == -signal.SIGTERM
+    assert proc.wait(timeout=60) == -signal.SIGTERM
     assert killed == []
     proc.send_signal(signal.SIGKILL)   # reaped: nothing to signal, no error
     assert killed == []
@@ -96,7 +96,7 @@ def test_timed_wait_uses_the_pidfd() -> None:
     assert time.monotonic() - start >= 0.2
     assert proc.pidfd is not None
     proc.kill()
-    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert proc.wait(timeout=60) == -signal.SIGKILL
     assert proc.pidfd is None
     quick = rdmaspawn.Popen([sys.executable, "-c", "pass"])
     assert quick.wait(timeout=30) == 0
@@ -136,3 +136,14 @@ def test_stock_popen_under_patch_gets_no_pidfd() -> None:
         proc.wait()
     assert not hasattr(proc, "pidfd")
     assert _open_fds() == before
+
+
+@pytest.mark.parametrize("timeout", [2147484.0, 1e300, float("inf"), float("nan")])
+def test_every_timeout_cpython_takes_waits(timeout: float) -> None:
+    """A timeout too large for one poll() (over INT_MAX ms, inf; nan, which
+    CPython also takes) waits for the child, as CPython's wait() does, in
+    wait() and in run(); it raised OverflowError, and run() killed the child."""
+    proc = rdmaspawn.Popen(["sleep", "0.2"])
+    assert proc.pidfd is not None  # the pidfd wait is what is tried
+    assert proc.wait(timeout=timeout) == 0
+    assert rdmaspawn.run(["sh", "-c", "sleep 0.2; exit 4"], timeout=timeout).returncode == 4

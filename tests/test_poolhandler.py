@@ -5,8 +5,9 @@ maxtasksperchild=1 makes its handler thread fork replacements afterwards, while
 map() waits (chunksize=1: with no worker alive, map's own chunksize arithmetic
 divides by zero).
 guard("raise") refuses those forks. Without rdmaspawn.dropin.poolhandler the
-handler thread dies and map() waits forever (the control, bounded by a
-timeout); with it, map() raises ForkHazardError and the pool is closed.
+handler thread dies and map() waits forever (the control, with a refusal of
+its own, bounded by a timeout); with it (installed by guard(), however that
+was turned on), map() raises ForkHazardError and the pool is closed.
 """
 from __future__ import annotations
 
@@ -26,13 +27,20 @@ _SCRIPT = textwrap.dedent("""\
     def square(x):
         return x * x
     if __name__ == "__main__":
-        if sys.argv[1] == "install":
+        how = sys.argv[1]
+        if how == "install":
             from rdmaspawn.dropin.poolhandler import install
             install()
-        rdmaspawn.guard("raise")
+        if how != "plain":  # "hook": RDMASPAWN has guarded already; this changes nothing
+            rdmaspawn.patch()
+            rdmaspawn.guard("raise")
         # Both workers are forked here, before the hazard; each exits after one task.
         with multiprocessing.Pool(2, maxtasksperchild=1) as pool:
             plant("auto")
+            if how == "plain":  # the control: a refused fork without rdmaspawn's handler
+                def refuse():
+                    raise BlockingIOError(11, "fork refused")
+                os.fork = refuse
             for what in ("map", "apply_async"):
                 try:
                     print(what, "returned", pool.map(square, range(8), chunksize=1)
@@ -58,6 +66,16 @@ def test_installed_directly(tmp_path: Path) -> None:
                                      "done"], r.stderr
 
 
+def test_installed_by_guard_in_code(tmp_path: Path) -> None:
+    """``rdmaspawn.patch(); rdmaspawn.guard("raise")`` in the program, no
+    RDMASPAWN: the handler comes with the guard however it was turned on
+    (the pool hung: the handler came only with RDMASPAWN's guard)."""
+    env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
+    r = run(tmp_path, "code", env=env, timeout=60)
+    assert r.stdout.splitlines() == ["map raised ForkHazardError", "apply_async raised ValueError",
+                                     "done"], r.stderr
+
+
 def test_installed_by_the_switch_with_guard(tmp_path: Path) -> None:
     env = {**os.environ, "RDMASPAWN": "patch,guard=raise"}
     r = run(tmp_path, "hook", env=env)
@@ -66,7 +84,8 @@ def test_installed_by_the_switch_with_guard(tmp_path: Path) -> None:
 
 
 def test_without_it_the_pool_hangs(tmp_path: Path) -> None:
-    """The control: CPython's own handler dies and map() never returns."""
+    """The control: a refused fork (here EAGAIN, no guard) kills CPython's own
+    handler thread, and map() never returns."""
     env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
     script = tmp_path / "late_pool.py"
     script.write_text(_SCRIPT)

@@ -114,3 +114,19 @@ def test_controlling_tty_keyword_and_helper() -> None:
     expected = [{"tty": True, "session_leader": True, "group_leader": True,
                  "tty_foreground": True}, 0]
     assert out == {"keyword": expected, "helper": expected}
+
+
+def test_pty_spawn_takes_a_str_as_pty_spawn_does() -> None:
+    """A str argv is one program name, searched in PATH, as for CPython's
+    pty.spawn ("tty" is ["tty"], not the program "t" with arguments "t",
+    "y"); bytes alike."""
+    out = _run("""
+        import rdmaspawn
+        out = []
+        for argv in ("tty", b"tty"):
+            pid, master = rdmaspawn.pty_spawn(argv)
+            text = read_all(master).decode()
+            out.append([text.startswith("/dev/pts/"), describe(os.waitpid(pid, 0)[1])])
+        print(json.dumps(out))
+    """, "madvise")
+    assert out == [[True, "exit 0"], [True, "exit 0"]]

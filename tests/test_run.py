@@ -112,3 +112,63 @@ def test_signals_reach_the_command(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_command_starts_with_a_shells_signal_dispositions(tmp_path: Path) -> None:
+    """Python ignores SIGPIPE and SIGXFSZ at start-up and an exec keeps an
+    ignored signal ignored: CMD must not inherit that. It starts with what
+    the same command gets from subprocess (restore_signals) or a shell."""
+    show = ["grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"]
+    alone = subprocess.run(show, capture_output=True, text=True, timeout=60)
+    under = subprocess.run([*RUN, "--", *show], capture_output=True, text=True, timeout=60,
+                           cwd=tmp_path, env=clean_env())
+    assert under.stdout == alone.stdout, under.stderr
+
+
+def test_command_dies_of_sigpipe_and_sigxfsz_as_alone(tmp_path: Path) -> None:
+    """``rdmaspawn run -- yes | head -c1`` ends yes by SIGPIPE (not exit 1,
+    "Broken pipe"); writing past ``ulimit -f`` ends a program by SIGXFSZ (not
+    "File too large")."""
+    yes = subprocess.Popen([*RUN, "--", "yes"], stdout=subprocess.PIPE, cwd=tmp_path,
+                           env=clean_env())
+    assert yes.stdout is not None
+    assert yes.stdout.read(1) == b"y"
+    yes.stdout.close()
+    assert yes.wait(timeout=60) == -signal.SIGPIPE
+
+    import resource
+
+    with open(tmp_path / "big", "wb") as out:
+        big = subprocess.run(
+            [*RUN, "--", "head", "-c", "100000", "/dev/zero"], stdout=out, cwd=tmp_path,
+            env=clean_env(), timeout=60,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    assert big.returncode == -signal.SIGXFSZ
+
+
+def test_command_gets_the_environment_run_was_given(tmp_path: Path) -> None:
+    """Python's start-up sets LC_CTYPE where the locale is C (PEP 538
+    coercion); CMD gets the environment run was started with, plus RDMASPAWN."""
+    env = {"PATH": os.environ["PATH"], "LANG": "C"}
+    r = subprocess.run([*RUN, "--", "env"], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path, env=env)
+    got = dict(line.split("=", 1) for line in r.stdout.splitlines())
+    assert got == {**env, "RDMASPAWN": "patch,guard=raise,start_method=forkserver"}, r.stderr
+
+
+def test_a_script_without_a_shebang_runs_with_sh(tmp_path: Path) -> None:
+    """execve gives ENOEXEC for an executable text file with no ``#!``; a
+    shell (and execvp) runs it with /bin/sh, with its arguments, found in
+    PATH or by path. run does the same (it gave 126, "Exec format error")."""
+    script = tmp_path / "noshebang"
+    script.write_text('echo "ran as $0 with $# args: $*"\nexit 3\n')
+    script.chmod(0o755)
+    by_path = subprocess.run([*RUN, "--", str(script), "a", "b c"], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path, env=clean_env())
+    assert (by_path.returncode, by_path.stdout) == (3, f"ran as {script} with 2 args: a b c\n"), \
+        by_path.stderr
+    in_path = subprocess.run([*RUN, "--", "noshebang"], capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path,
+                             env={**clean_env(), "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    assert (in_path.returncode, in_path.stdout) == (3, f"ran as {script} with 0 args: \n"), \
+        in_path.stderr

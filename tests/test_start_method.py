@@ -28,7 +28,7 @@ def test_preferred_default_leaves_the_program_free_to_choose() -> None:
     out = fresh("""
         import json, multiprocessing as mp
         from rdmaspawn.dropin.startmethod import prefer_start_method
-        out = {"before": mp.get_start_method(allow_none=True), "did": prefer_start_method()}
+        out = {"before": mp.get_start_method(allow_none=True), "did": prefer_start_method() is not None}
         out["default"] = mp.get_context().get_start_method()
         mp.set_start_method("fork", force=True)   # what a program that wants fork does
         out["chosen"] = mp.get_start_method()
@@ -47,7 +47,7 @@ def test_a_default_already_in_use_is_left_alone() -> None:
         import json, multiprocessing as mp
         from rdmaspawn.dropin.startmethod import prefer_start_method
         used = mp.get_start_method()
-        print(json.dumps({"used": used, "did": prefer_start_method("spawn"),
+        print(json.dumps({"used": used, "did": prefer_start_method("spawn") is not None,
                           "now": mp.get_start_method()}))
     """)
     assert out == {"used": "fork", "did": False, "now": "fork"}
@@ -71,6 +71,44 @@ def test_patch_start_method_and_unpatch() -> None:
     assert out["patched"] is True and out["default"] == "spawn"
     assert out["after_unpatch"] == "fork"
     assert "not 'fork'" in str(out["fork"])
+
+
+def fresh_under(value: str, code: str) -> dict[str, object]:
+    import os
+
+    env = {**os.environ, "RDMASPAWN": value}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, check=False, env=env)
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout.splitlines()[-1]))
+
+
+def test_each_switch_undoes_only_the_start_method_it_set() -> None:
+    """Under RDMASPAWN=start_method=forkserver the default is forkserver;
+    leaving ``with patched():`` (which set no start method), an unpatch() of a
+    never-patched process, and unpatch() after patch(start_method="spawn")
+    each leave it forkserver (they reset it to fork)."""
+    code = """
+        import json, multiprocessing as mp, rdmaspawn
+        from multiprocessing import context
+        def default():
+            return context._default_context._default_context.get_start_method()
+        out = {"start": default()}
+        with rdmaspawn.patched():
+            pass
+        out["after_patched"] = default()
+        rdmaspawn.unpatch()
+        out["after_lone_unpatch"] = default()
+        rdmaspawn.patch(start_method="spawn")
+        out["patched_spawn"] = default()
+        rdmaspawn.unpatch()
+        out["after_unpatch"] = default()
+        print(json.dumps(out))
+    """
+    assert fresh_under("start_method=forkserver", code) == {
+        "start": "forkserver", "after_patched": "forkserver",
+        "after_lone_unpatch": "forkserver", "patched_spawn": "spawn",
+        "after_unpatch": "forkserver"}
 
 
 def test_get_context() -> None:

@@ -20,9 +20,11 @@
 # its own there, so the machine needs no `dpkg --add-architecture arm64`.
 # Needs qemu-system-arm, cpio, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross.
 #
-# Environment: RDMASPAWN_VM_TIMEOUT (seconds for the whole boot, default 300;
-# then qemu is killed and the exit status is 124), RDMASPAWN_VM_CPU (default
-# cortex-a57), RDMASPAWN_VM_SMP (default 2).
+# Environment: RDMASPAWN_VM_STALL (seconds without console output after which
+# the boot counts as hung: qemu is killed and the exit status is 124; default
+# 120), RDMASPAWN_VM_CPU (default cortex-a57; "max,pauth-impdef=on" for
+# pointer authentication that TCG emulates cheaply), RDMASPAWN_VM_SMP
+# (default 2).
 # Exit status: 0 when /init reported "harness exit 0"; else non-zero.
 set -euo pipefail
 
@@ -54,7 +56,8 @@ harness=${1:?usage: arm64_vm.sh HARNESS | --fetch-kernel}
 kernel=${RDMASPAWN_ARM64_KERNEL:-$(fetch_kernel)}
 
 work=$(mktemp -d /tmp/rdmaspawn-vm.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+qemu=""
+trap '[ -z "$qemu" ] || kill -9 "$qemu" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/bin" "$root/etc"
 aarch64-linux-gnu-gcc -std=gnu11 -O2 -static -Wall -Wextra -Werror \
@@ -64,12 +67,38 @@ cp "$harness" "$root/harness"
 echo "root:x:0:0:root:/:/bin/true" >"$root/etc/passwd"
 (cd "$root" && find . | cpio -o -H newc -R 0:0 --quiet) >"$work/initrd.cpio"
 
-echo "arm64_vm: booting $kernel"
-timeout -k 5 "${RDMASPAWN_VM_TIMEOUT:-300}" qemu-system-aarch64 \
+# A hang is told from slowness by progress: qemu is killed when the console
+# has been silent for RDMASPAWN_VM_STALL seconds (the harness prints a line per
+# check), however long the whole boot takes on a busy machine.
+stall=${RDMASPAWN_VM_STALL:-120}
+console="$work/console"
+: >"$console"
+echo "arm64_vm: booting $kernel (cpu ${RDMASPAWN_VM_CPU:-cortex-a57})"
+started=$SECONDS
+qemu-system-aarch64 \
   -M virt -cpu "${RDMASPAWN_VM_CPU:-cortex-a57}" -smp "${RDMASPAWN_VM_SMP:-2}" -m 512M \
-  -display none -monitor none -serial stdio -nic none -no-reboot \
+  -display none -monitor none -serial "file:$console" -nic none -no-reboot \
   -kernel "$kernel" -initrd "$work/initrd.cpio" \
-  -append "console=ttyAMA0 panic=-1 quiet" </dev/null | tr -d '\r' | tee "$work/console"
-rc=${PIPESTATUS[0]}
+  -append "console=ttyAMA0 panic=-1 quiet" </dev/null &
+qemu=$!
+rc=""
+seen=0 silent=0
+while kill -0 "$qemu" 2>/dev/null; do
+  sleep 1
+  size=$(stat -c %s "$console")
+  if [ "$size" -ne "$seen" ]; then seen=$size silent=0; else silent=$((silent + 1)); fi
+  if [ "$silent" -ge "$stall" ]; then
+    echo "arm64_vm: no console output for ${stall} s: a hang; killing qemu"
+    kill "$qemu" 2>/dev/null || true; sleep 2; kill -9 "$qemu" 2>/dev/null || true
+    rc=124
+    break
+  fi
+done
+qrc=0
+wait "$qemu" || qrc=$?
+rc=${rc:-$qrc}
+tr -d '\r' <"$console" >"$work/console.txt"
+cat "$work/console.txt"
+echo "arm64_vm: the VM ran $((SECONDS - started)) s"
 [ "$rc" -eq 0 ] || { echo "arm64_vm: qemu exit $rc"; exit "$rc"; }
-grep -q '^arm64-vm: harness exit 0$' "$work/console"
+grep -q '^arm64-vm: harness exit 0$' "$work/console.txt"

@@ -1,0 +1,263 @@
+"""``rdmaspawn bench``: measure, or re-render a JSON record, and write the report.
+
+Measure:    ``rdmaspawn bench [--quick] [--out DIR] [--readme README.md]``
+Re-render:  ``rdmaspawn bench --from-json FILE [--readme README.md] [--json FILE] [--out DIR]``
+
+A run prints its table on stdout (progress goes to stderr) and writes
+``spawn_latency.json`` and ``spawn_latency.png`` into its output folder (see
+:mod:`.outdir`); ``--readme`` rewrites the block between the README's bench
+markers from the same report.  The exit status is 1 only when a spawner failed
+or nothing could be measured: targets are figures, never assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from rdmaspawn._procfs import meminfo
+
+from .analysis import analyse
+from .build import build
+from .machine import describe_machine
+from .model import ERROR, OK, SCHEMA, Report, ReportFormatError, Settings, read_json, write_json
+from .numbers import GiB, log
+from .outdir import OutDirError, make_out_dir
+from .plot import plot
+from .readme import MarkerError, render_block, splice
+from .spawners import make_spawners
+from .sweep import Plan, safety_margin, sweep, warm_up
+from .table import render_table
+
+JSON_NAME = "spawn_latency.json"
+PNG_NAME = "spawn_latency.png"
+
+DEFAULT_MEM_GIB = (0.0, 1.0, 4.0, 16.0)
+DEFAULT_THREADS = (1, 2, 4)
+# 2000: with 500, a 4-thread throughput batch was 16 spawns per thread (8
+# rounds), and one run's rdmaspawn/subprocess ratio landed anywhere in
+# 0.87-1.02 on a 2-vCPU VM; 2000 makes batches four times longer for ~30 s
+# more in a full run (the capped fork() spawner is most of its minutes).
+DEFAULT_ITERATIONS = 2000
+DEFAULT_TIME_CAP_S = 20.0  # seconds of spawning per spawner per configuration
+QUICK_MEM_GIB = (0.0, 1.0)
+QUICK_THREADS = (1, 2, 4)
+QUICK_ITERATIONS = 200
+QUICK_TIME_CAP_S = 1.5
+
+NOTES = [
+    "Latency is spawn + wait of a static no-op child, timed around each call.",
+    "The floor runs as its own small process: the resident memory is this Python process's, "
+    "so the floor's figures are the floor (constant) at every size, and its CPU per spawn is "
+    "measured inside its own process.",
+    "CPU per spawn is the parent's user+system time (RUSAGE_SELF, all threads) over the "
+    "batches divided by the spawns; the children's CPU is not in it.",
+    "Throughput (throughput_per_s) is the median over batches of spawns / wall time, N threads "
+    "spawning at once; throughput_overall_per_s is all spawns / all batches' wall time.",
+]
+
+
+def _number_list(text: str, kind: type[float], least: float, what: str) -> list[float]:
+    """A sorted comma-separated list of `kind` numbers, each >= least."""
+    try:
+        vals = sorted({kind(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of {what}: {text!r}") from None
+    if not vals or any(v < least for v in vals):
+        raise argparse.ArgumentTypeError(f"each must be >= {least:g}")
+    return vals
+
+
+def _floats(text: str) -> list[float]:
+    return _number_list(text, float, 0, "numbers")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in _number_list(text, int, 1, "integers")]
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return v
+
+
+def _csv(values: Sequence[float]) -> str:
+    return ",".join(f"{v:g}" for v in values)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="rdmaspawn bench",
+        description="Spawn + wait latency and throughput of rdmaspawn, CPython's subprocess "
+        "paths, os.posix_spawn and a C posix_spawn floor, swept over the parent's resident "
+        "memory and the number of threads spawning at once.",
+    )
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: a new ./rdmaspawn-bench-YYYYMMDD-HHMMSS, or under "
+                   "$TMPDIR when the current directory is / or not writable)")
+    p.add_argument("--json", type=Path, default=None,
+                   help=f"JSON results path (default OUT/{JSON_NAME})")
+    p.add_argument("--readme", type=Path, default=None,
+                   help="rewrite the block between <!-- bench:begin --> and <!-- bench:end --> "
+                   "in this Markdown file from the results")
+    p.add_argument("--from-json", type=Path, default=None, metavar="FILE",
+                   help="measure nothing: re-render the table (and --readme, --json, and the plot "
+                   "into --out if given) from a JSON record")
+    p.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
+    p.add_argument("--mem-gib", type=_floats, default=None,
+                   help=f"resident memory sizes in GiB, comma-separated (default {_csv(DEFAULT_MEM_GIB)}; "
+                   f"--quick {_csv(QUICK_MEM_GIB)}); sizes that do not fit in MemAvailable minus "
+                   "a margin are skipped")
+    p.add_argument("--threads", type=_ints, default=None,
+                   help=f"threads spawning at once, comma-separated (default {_csv(DEFAULT_THREADS)}; "
+                   f"--quick {_csv(QUICK_THREADS)})")
+    p.add_argument("--iterations", type=_positive, default=None,
+                   help=f"spawns per spawner per configuration (default {DEFAULT_ITERATIONS}; "
+                   f"--quick {QUICK_ITERATIONS}); slow spawners stop earlier at the time cap")
+    p.add_argument("--time-cap", type=float, default=None,
+                   help="seconds of spawning per spawner per configuration before it stops with "
+                   f"what it has (default {DEFAULT_TIME_CAP_S:g}; --quick {QUICK_TIME_CAP_S:g})")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    p.add_argument("--pin", action="store_true",
+                   help="give each spawning thread a CPU of its own, shared with its children (the "
+                   "floor's threads too); on VMs where waking an idle vCPU costs a scheduler tick "
+                   "this takes that noise out of the figures")
+    a = p.parse_args(argv)
+    if a.mem_gib is None:
+        a.mem_gib = list(QUICK_MEM_GIB if a.quick else DEFAULT_MEM_GIB)
+    if a.threads is None:
+        a.threads = list(QUICK_THREADS if a.quick else DEFAULT_THREADS)
+    if a.iterations is None:
+        a.iterations = QUICK_ITERATIONS if a.quick else DEFAULT_ITERATIONS
+    if a.time_cap is None:
+        a.time_cap = QUICK_TIME_CAP_S if a.quick else DEFAULT_TIME_CAP_S
+    if a.readme is not None:
+        try:
+            splice(a.readme.read_text(), "")  # fail now, not after a long run
+        except OSError as e:
+            p.error(f"--readme {a.readme}: {e.strerror}")
+        except MarkerError as e:
+            p.error(f"--readme {a.readme}: {e}")
+    return a
+
+
+def _ref(path: Path, readme: Path) -> str:
+    """How the README names a file: relative to the README's folder where it is inside it."""
+    rel = os.path.relpath(path.resolve(), readme.resolve().parent)
+    return str(path) if rel.startswith("..") else rel
+
+
+def write_readme(report: Report, readme: Path, json_path: Path, png: Path | None) -> None:
+    png_ref = _ref(png, readme) if png is not None and png.exists() else None
+    block = render_block(report, _ref(json_path, readme), png_ref)
+    readme.write_text(splice(readme.read_text(), block))
+    log(f"README block: {readme}")
+
+
+def measure(args: argparse.Namespace, started: float) -> Report:
+    # preexec_fn in a process with threads is exactly what this benchmark
+    # measures; CPython's warning about it is not news here.
+    warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*fork.*")
+    warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*preexec_fn.*")
+    machine = describe_machine()
+    log(f"rdmaspawn bench: {machine.python}, {machine.cores_usable} cores, "
+        f"{machine.mem_available_gib} GiB available")
+    with tempfile.TemporaryDirectory(prefix="rdmaspawn-bench-build-") as tmp:
+        log("building the no-op child and the C floor ...")
+        built = build(Path(tmp))
+        for n in built.notes:
+            log("note: " + n)
+        spawners = make_spawners(built)
+        for s in spawners:
+            if s.status != OK:
+                log(f"{s.id}: unavailable - {s.reason}")
+        log("warming up ...")
+        warm_up(spawners, built)
+        swept = sweep(spawners, built, Plan(args.mem_gib, args.threads, args.iterations,
+                                            args.time_cap, args.pin))
+    settings = Settings(
+        mem_gib_requested=args.mem_gib, mem_gib_measured=swept.measured,
+        mem_gib_skipped=swept.skipped, threads=args.threads, iterations=args.iterations,
+        time_cap_s=args.time_cap, quick=args.quick, pin=args.pin, child=built.child,
+        child_kind=built.child_kind, cc=built.cc, floor=built.floor_reason,
+        memory_safety_margin_gib=round(safety_margin(meminfo().get("MemTotal", 0)) / GiB, 2),
+    )
+    report = Report(SCHEMA, machine, settings, [s.info() for s in spawners], swept.results,
+                    {}, [], built.notes + NOTES)
+    analyse(report)
+    report.duration_s = round(time.monotonic() - started, 1)
+    return report
+
+
+def _load(path: Path) -> Report:
+    report = read_json(path)
+    if report.schema != SCHEMA:
+        # An older record: its figures stand, the targets are this version's.
+        analyse(report)
+        report.notes.append(f"Read from a {report.schema} record; ratios and targets "
+                            f"recomputed from its figures by the {SCHEMA} benchmark.")
+        report.schema = SCHEMA
+    return report
+
+
+def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path: Path,
+           record: Path | None) -> None:
+    """Print the table, then write the plot into `out`, the JSON (a run's always; a
+    re-render's only with --json) and the README block."""
+    print(render_table(report) if report.settings.mem_gib_measured else "nothing measured")
+    png = None
+    if out is not None and not args.no_plot and report.settings.mem_gib_measured:
+        png = out / PNG_NAME
+        why = plot(report, png)
+        if why:
+            log(why)
+            png = None
+        else:
+            log(f"plot: {png}")
+        report.plot = str(png) if png else None
+    if record is None or args.json is not None:
+        write_json(report, json_path)
+        log(f"json: {json_path}")
+    if args.readme is not None:
+        if png is None and record is not None:
+            png = record.with_name(PNG_NAME)  # the plot of the record's own run
+        write_readme(report, args.readme, json_path, png)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    try:
+        out = make_out_dir(args.out) if args.out is not None or args.from_json is None else None
+    except OutDirError as e:
+        log(f"rdmaspawn bench: {e}")
+        return 2
+
+    if args.from_json is not None:
+        try:
+            report = _load(args.from_json)
+        except (OSError, ReportFormatError) as e:
+            log(f"rdmaspawn bench: --from-json {args.from_json}: {e}")
+            return 2
+        _write(report, args, out, args.json or args.from_json, args.from_json)
+        return 0
+
+    assert out is not None
+    log(f"output folder: {out}")
+    report = measure(args, started)
+    _write(report, args, out, args.json or out / JSON_NAME, None)
+    log(f"done in {round(time.monotonic() - started, 1)} s; files in {out}")
+    failed = sorted({sid for r in report.results for sid, f in r.spawners.items()
+                     if f.status == ERROR})
+    if failed:
+        log("spawners that failed: " + ", ".join(failed))
+        return 1
+    return 0 if report.settings.mem_gib_measured else 1

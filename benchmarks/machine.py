@@ -1,0 +1,100 @@
+"""The facts about the machine a run was measured on, for the report."""
+
+from __future__ import annotations
+
+import datetime
+import mmap
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from rdmaspawn._procfs import cpu_model, meminfo
+
+from .model import Machine
+from .numbers import GiB
+
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+OVERCOMMIT_SETTING = "/proc/sys/vm/overcommit_memory"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the rdmaspawn being measured
+GIT_TIMEOUT_S = 10
+
+
+def _read_setting(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _glibc() -> str | None:
+    try:
+        found = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):
+        found = None
+    if found:
+        return found
+    lib, ver = platform.libc_ver()
+    return f"{lib} {ver}".strip() or None
+
+
+def _rdmaspawn_version() -> str:
+    """The installed distribution's version (the package this benchmark is part of)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rdmaspawn")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _git(*args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(PACKAGE_DIR), *args], capture_output=True,
+                           text=True, timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _rdmaspawn_commit() -> str | None:
+    """The checkout's commit when the measured package runs from one (an editable
+    install), so that a record names the code it measured; None when installed."""
+    # Tracked, not merely inside a checkout: a copy installed into a venv that
+    # sits in some checkout is not that checkout's code.
+    if _git("ls-files", "--error-unmatch", str(PACKAGE_DIR / "__init__.py")) is None:
+        return None
+    commit = _git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return None
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", str(PACKAGE_DIR))
+    return f"{commit} + uncommitted changes" if dirty else commit
+
+
+def describe_machine() -> Machine:
+    mem = meminfo()
+    try:
+        usable: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    u = platform.uname()
+    return Machine(
+        cpu_model=cpu_model() or platform.processor() or None,
+        machine=u.machine,
+        cores_online=os.cpu_count(),
+        cores_usable=usable,
+        mem_total_gib=round(mem.get("MemTotal", 0) / GiB, 2),
+        mem_available_gib=round(mem.get("MemAvailable", 0) / GiB, 2),
+        kernel=f"{u.system} {u.release} {u.version}",
+        glibc=_glibc(),
+        python=f"{platform.python_implementation()} {platform.python_version()}",
+        python_executable=sys.executable,
+        rdmaspawn_version=_rdmaspawn_version(),
+        transparent_hugepage=_read_setting(THP_SETTING),
+        overcommit_memory=_read_setting(OVERCOMMIT_SETTING),
+        page_size=mmap.PAGESIZE,
+        timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        rdmaspawn_commit=_rdmaspawn_commit(),
+    )

@@ -1,0 +1,132 @@
+"""The sweep: every resident size times every thread count, one configuration at a time.
+
+The parent's resident memory is an anonymous mapping with every page written,
+held by this Python process, so every in-process spawner sees it.  The floor
+runs in its own small process: its figures stay the floor at every size, by
+design.  Sizes that do not fit in MemAvailable minus a margin are skipped, and
+the report says so.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import time
+from dataclasses import dataclass, field
+
+from rdmaspawn._procfs import meminfo
+
+from .build import Built
+from .measure import measure_config
+from .model import ConfigResult, Skipped
+from .numbers import GiB, fmt_gib, log
+from .spawners import Spawner
+
+WARMUP_SPAWNS = 50  # per spawner, unrecorded, before the first configuration
+WARMUP_SECONDS = 0.5
+MIN_FREE_BYTES = 2 * GiB  # memory always left free when sizing the sweep
+MIN_FREE_FRACTION = 10  # ... or 1/this of MemTotal, whichever is larger
+
+
+def safety_margin(total: int) -> int:
+    """Memory left free when sizing the sweep: the children, the page tables of
+    forked copies and the rest of the machine need room too."""
+    return max(MIN_FREE_BYTES, total // MIN_FREE_FRACTION)
+
+
+class Resident:
+    """`size` bytes of anonymous memory in this process, every page written,
+    so that it is resident (not merely reserved) while the spawners run."""
+
+    def __init__(self, size: int) -> None:
+        self.map: mmap.mmap | None = None
+        if size <= 0:
+            return
+        # MAP_POPULATE (Python 3.10+) faults the pages in at once, which is
+        # faster; writing a byte to every page makes them resident either way.
+        populate = getattr(mmap, "MAP_POPULATE", 0)
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+        page = mmap.PAGESIZE
+        m[::page] = b"\x01" * len(range(0, size, page))
+        self.map = m
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+
+
+@dataclass
+class Plan:
+    mem_gib: list[float]
+    threads: list[int]
+    iterations: int
+    time_cap_s: float
+    pin: bool
+
+
+@dataclass
+class Swept:
+    results: list[ConfigResult] = field(default_factory=list)
+    measured: list[float] = field(default_factory=list)  # the sizes that ran
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def warm_up(spawners: list[Spawner], built: Built) -> None:
+    """Unrecorded: the first configuration would otherwise also pay for cold
+    caches, lazy imports and the CPU's frequency ramp."""
+    measure_config(spawners, built, 1, WARMUP_SPAWNS, WARMUP_SECONDS, "warm-up", quiet=True)
+
+
+def _no_room(mem: float) -> str | None:
+    """Why `mem` GiB cannot be made resident now, or None."""
+    mi = meminfo()
+    avail = mi.get("MemAvailable", 0)
+    margin = safety_margin(mi.get("MemTotal", 0))
+    if mem > 0 and int(mem * GiB) > avail - margin:
+        return (f"needs {fmt_gib(mem)}, MemAvailable is {avail / GiB:.1f} GiB and "
+                f"{margin / GiB:.1f} GiB stay free")
+    return None
+
+
+def sweep(spawners: list[Spawner], built: Built, plan: Plan) -> Swept:
+    out = Swept()
+    base_cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    total = len(plan.mem_gib) * len(plan.threads)
+    i = 0
+    for mem in plan.mem_gib:
+        size = int(mem * GiB)
+        reason = _no_room(mem)
+        resident = None
+        if reason is None:
+            if size:
+                log(f"touching {fmt_gib(mem)} of resident memory ...")
+            t0 = time.monotonic()
+            try:
+                resident = Resident(size)
+            except (OSError, MemoryError, ValueError) as e:
+                reason = f"cannot map {fmt_gib(mem)}: {e}"
+            touch_s = time.monotonic() - t0
+        if resident is None:
+            log(f"skipping {fmt_gib(mem)}: {reason}")
+            out.skipped.append(Skipped(mem, reason or "?"))
+            i += len(plan.threads)
+            continue
+        out.measured.append(mem)
+        try:
+            for threads in plan.threads:
+                i += 1
+                label = f"[{i}/{total}] {fmt_gib(mem)}, {threads} thread(s)"
+                log(f"{label} ...")
+                gc.collect()
+                cpus = base_cpus[:threads] if plan.pin and base_cpus else None
+                c0 = time.monotonic()
+                figures = measure_config(spawners, built, threads, plan.iterations,
+                                         plan.time_cap_s, label, cpus)
+                log(f"{label} done in {time.monotonic() - c0:.1f} s")
+                out.results.append(ConfigResult(mem, threads, round(touch_s, 3), size, cpus,
+                                                figures))
+        finally:
+            resident.close()
+    return out

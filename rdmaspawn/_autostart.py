@@ -1,0 +1,94 @@
+"""Apply ``RDMASPAWN`` at interpreter start (called by the ``rdmaspawn-autostart.pth`` hook).
+
+site.py runs the hook's one line for every interpreter that processes
+site-packages (not under ``python -S``). The line itself only looks the
+variable up, so an interpreter without it pays for one dictionary lookup;
+with it set, the line imports this module and calls :func:`start`, and turns
+any import failure (a broken install) into one line on stderr.
+
+This is an entry point like ``__main__``: it sits above the tools it applies.
+site.py runs ``.pth`` files before ``sitecustomize`` and ``PYTHONSTARTUP``, so
+a user's own start-up code runs after this and can change what it did.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from ._onimport import when_imported
+from ._switch import VARIABLE, Settings, parse
+
+__all__ = ["start", "apply"]
+
+# site.py processes a venv's site-packages twice (3.9-3.13), and the hook with it.
+_started = False
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(f"rdmaspawn: {line}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass  # no usable stderr (pythonw-like embedding, closed fd 2): stay silent
+
+
+def apply(settings: Settings) -> list[str]:
+    """Do what ``settings`` asks in this process; return what was done, in words."""
+    done: list[str] = []
+    if settings.patch:
+        from .dropin.patch import patch
+
+        patch()
+        done.append("patch()")
+    if settings.guard is not None:
+        from .tools.guard import guard
+
+        guard(settings.guard)  # with Pool's worker handler (see dropin.poolhandler)
+        done.append(f"guard({settings.guard!r})")
+    if settings.start_method is not None:
+        from .dropin.startmethod import prefer_start_method
+
+        method = settings.start_method
+        when_imported("multiprocessing.context",
+                      lambda _: _safely(lambda: _prefer(prefer_start_method, method),
+                                        "the default start method"))
+        done.append(f"multiprocessing's default start method is {method}")
+    return done
+
+
+def _safely(fn: Callable[[], None], what: str) -> None:
+    """Run a deferred step inside the user's ``import multiprocessing``: never break it."""
+    try:
+        fn()
+    except Exception as exc:
+        _say(f"{VARIABLE}: could not adjust {what}: {type(exc).__name__}: {exc}")
+
+
+def _prefer(prefer: Callable[[str], object], method: str) -> None:
+    if prefer(method) is None:  # something chose before us (cannot happen at start-up)
+        _say(f"multiprocessing's start method was chosen before {VARIABLE} could apply "
+             f"{method}: left as it is")
+
+
+def start() -> None:
+    """Read ``RDMASPAWN`` and apply it; every problem is one line on stderr, never a traceback.
+
+    Only the first call in a process does anything.
+    """
+    global _started
+    if _started:
+        return
+    _started = True
+    value = os.environ.get(VARIABLE, "")
+    settings, problems = parse(value)
+    for problem in problems:
+        _say(problem)
+    try:
+        done = apply(settings)
+    except Exception as exc:  # a bug or a broken install: never stop the interpreter
+        _say(f"{VARIABLE}={value!r} failed: {type(exc).__name__}: {exc}")
+        return
+    if settings.verbose:
+        what = "; ".join(done) or "nothing to do"
+        _say(f"{VARIABLE}={value!r} in pid {os.getpid()} ({sys.executable}): {what}")

@@ -1,0 +1,519 @@
+"""Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
+
+(Over 400 lines on purpose: the package's one /proc reader, issue 8; each
+section below is one kind of question.)
+
+``madvise(MADV_DONTFORK)`` sets ``VM_DONTCOPY`` on a mapping; the kernel shows
+it as the ``dc`` flag on the mapping's ``VmFlags:`` line (Linux >= 3.8,
+``show_smap_vma_flags()`` in ``fs/proc/task_mmu.c``).  A ``fork()`` child gets
+no copy of such a mapping at all: the address range is simply absent, and the
+child dies with SIGSEGV the moment it touches it.
+
+:func:`has_dontfork` is the hot path: it runs before a spawn that has to
+``fork()``, so it only searches the raw bytes for ``" dc "`` and checks that the
+hit is on a ``VmFlags:`` line (a file name can contain ``" dc "`` too), without
+building any object.  Every flag is two letters followed by a space, so the
+search cannot match a longer flag.  The kernel writing smaps costs far more
+than the search (about eight to one, measured with 2000 mappings).
+
+Device-driver mappings (``/dev/infiniband/uverbs*`` doorbells, ``/dev/nvidia*``)
+are often ``dc`` too, set by the driver itself.  Nothing but the driver's
+library touches them, and a ``fork()`` child that only ``exec()``\\ s never does,
+so :func:`has_dontfork` leaves them out unless asked.
+
+This is the one place that reads ``/proc/PID/{smaps,maps}``: the doctor, the
+guard, the drop-in and the hazard planter all ask it.  Besides the DONTFORK
+questions it answers "which file of a loaded library matches this soname"
+(:func:`library_paths`), "does this address lie in a glibc thread heap"
+(:func:`thread_heap_base`, with glibc's :data:`HEAP_MAX_SIZE`), and the
+little else a tool asks about a process (environment, command line, threads,
+capabilities).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple, Union
+
+__all__ = [
+    "CAP_SYS_PTRACE",
+    "HEAP_MAX_SIZE",
+    "Mapping",
+    "NoSuchProcessError",
+    "all_mappings",
+    "all_pids",
+    "dontfork_mappings",
+    "exe_path",
+    "has_capability",
+    "has_dontfork",
+    "is_device_path",
+    "is_dontfork",
+    "library_path",
+    "library_paths",
+    "mapping_at",
+    "max_map_count",
+    "meminfo",
+    "cpu_model",
+    "parse_maps",
+    "parse_smaps",
+    "read_cmdline",
+    "read_environ",
+    "read_maps",
+    "read_proc",
+    "read_smaps",
+    "thread_count",
+    "thread_heap_base",
+]
+
+Pid = Union[int, str]
+
+_VMFLAGS = b"VmFlags:"
+# The kernel prints every flag as two letters and a space ("%c%c ").
+_DC = b" dc "
+
+
+class NoSuchProcessError(ProcessLookupError, FileNotFoundError):
+    """There is no process with that pid (catch either base class)."""
+
+
+class Mapping(NamedTuple):
+    """One entry of ``/proc/PID/smaps`` (a NamedTuple: ``dataclasses`` would
+    cost every interpreter's start-up under ``RDMASPAWN`` ~30 ms)."""
+
+    start: int
+    end: int
+    #: ``"rw-p"`` and the like.
+    perms: str
+    offset: int
+    #: ``"fd:01"`` (major:minor of the backing file's device).
+    dev: str
+    inode: int
+    #: The file, a pseudo-name (``"[heap]"``, ``"[stack]"``, ``"[anon:name]"``),
+    #: or ``""`` for anonymous memory.  ``" (deleted)"`` is kept as the kernel
+    #: shows it.
+    path: str
+    #: Two-letter kernel flags (``"rd"``, ``"wr"``, ``"dc"``, ...).
+    vmflags: frozenset[str]
+    #: Resident set size in kB (``Rss:``), 0 when not shown.
+    rss_kb: int = 0
+
+    @property
+    def size(self) -> int:
+        """Length in bytes."""
+        return self.end - self.start
+
+    @property
+    def dontfork(self) -> bool:
+        """Whether the mapping is ``MADV_DONTFORK`` (``VM_DONTCOPY``)."""
+        return "dc" in self.vmflags
+
+    @property
+    def anonymous(self) -> bool:
+        """Anonymous memory: no file and not a kernel pseudo-mapping (``[anon:x]`` counts)."""
+        return self.path == "" or self.path.startswith("[anon:")
+
+    @property
+    def device(self) -> bool:
+        """A mapping of a device file (driver memory, doorbells), see :func:`is_device_path`."""
+        return is_device_path(self.path)
+
+    def describe(self) -> str:
+        """``0x7f..000-0x7f..000 rw-p 4 KiB [heap]`` -- one line for messages."""
+        what = self.path or "anonymous"
+        return f"0x{self.start:x}-0x{self.end:x} {self.perms} {_human(self.size)} {what}"
+
+
+# Memory file systems and memory devices that sit under /dev but hold ordinary
+# memory, which a fork() child can trip on like any other: POSIX shared
+# memory (tmpfs), hugetlbfs where distributions mount it (DPDK and SPDK map
+# their hugepage files there and register them for RDMA), and /dev/zero
+# (shared anonymous memory, shown as "/dev/zero (deleted)").
+_MEMORY_UNDER_DEV = ("/dev/shm/", "/dev/hugepages/", "/dev/zero")
+
+
+def is_device_path(path: str) -> bool:
+    """Whether ``path`` names a device file whose ``dc`` flag the driver set.
+
+    Memory that merely lives under ``/dev`` (``/dev/shm``, ``/dev/hugepages``,
+    ``/dev/zero``) is ordinary memory and does not count.
+    """
+    return path.startswith("/dev/") and not path.startswith(_MEMORY_UNDER_DEV)
+
+
+def _human(n: int) -> str:
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    size = float(n)
+    i = 0
+    while size >= 1024 and i < len(units) - 1:
+        size /= 1024
+        i += 1
+    return f"{size:.0f} {units[i]}" if size == int(size) else f"{size:.1f} {units[i]}"
+
+
+def _proc_path(pid: Pid, name: str) -> str:
+    if isinstance(pid, bool) or not isinstance(pid, (int, str)):
+        raise TypeError(f"pid must be an int or 'self', not {pid!r}")
+    if isinstance(pid, int):
+        if pid <= 0:
+            raise ValueError(f"pid must be positive, not {pid}")
+    elif pid not in ("self", "thread-self") and not pid.isdigit():
+        raise ValueError(f"pid must be a number or 'self', not {pid!r}")
+    return f"/proc/{pid}/{name}"
+
+
+def read_proc(pid: Pid, name: str) -> bytes:
+    """The bytes of ``/proc/PID/name``, with the errors named for what they mean.
+
+    Raises :class:`NoSuchProcessError` when there is no such process and
+    :class:`PermissionError` when the caller may not read it (another user's
+    process, or one that is not dumpable, without ``CAP_SYS_PTRACE``).
+    """
+    path = _proc_path(pid, name)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return f.read()  # FileIO.readall(): one buffer, grown as needed
+    except FileNotFoundError:
+        raise NoSuchProcessError(errno.ESRCH, f"no process with pid {pid}", path) from None
+    except PermissionError as e:
+        raise PermissionError(
+            e.errno, f"not allowed to read {path} (another user's process, or not dumpable)",
+            path,
+        ) from None
+    except ProcessLookupError:
+        raise NoSuchProcessError(errno.ESRCH, f"process {pid} exited", path) from None
+
+
+def read_smaps(pid: Pid = "self") -> bytes:
+    """The raw bytes of ``/proc/PID/smaps`` (see :func:`read_proc` for the errors)."""
+    return read_proc(pid, "smaps")
+
+
+def _dc_hits(data: bytes) -> list[tuple[int, int]]:
+    """(line start, line end) of every ``VmFlags:`` line that carries ``dc``."""
+    hits = []
+    pos = data.find(_DC)
+    while pos != -1:
+        line_start = data.rfind(b"\n", 0, pos) + 1
+        line_end = data.find(b"\n", pos)
+        if line_end == -1:
+            line_end = len(data)
+        if data.startswith(_VMFLAGS, line_start):
+            hits.append((line_start, line_end))
+        pos = data.find(_DC, line_end)
+    return hits
+
+
+def _block_of(data: bytes, vmflags_start: int, vmflags_end: int) -> bytes:
+    """The whole smaps entry that ends with the VmFlags line at ``vmflags_start``.
+
+    ``VmFlags:`` is the last line of every entry, so the entry starts right
+    after the previous ``VmFlags:`` line (or at the top of the file).
+    """
+    prev = data.rfind(b"\n" + _VMFLAGS, 0, vmflags_start - 1)
+    if prev == -1:
+        start = 0
+    else:
+        start = data.find(b"\n", prev + 1) + 1
+    return data[start:vmflags_end]
+
+
+def _header_path(block: bytes) -> bytes:
+    header = block.split(b"\n", 1)[0]
+    fields = header.split(None, 5)
+    return fields[5] if len(fields) == 6 else b""
+
+
+def has_dontfork(pid: Pid = "self", *, devices: bool = False) -> bool:
+    """Whether the process has any ``MADV_DONTFORK`` mapping a ``fork()`` child could trip on.
+
+    Device-file mappings are left out unless ``devices`` is true (see the
+    module docstring).  This reads ``/proc/PID/smaps`` once and searches the
+    bytes; it builds no objects for mappings without ``dc``.
+    """
+    data = read_smaps(pid)
+    for line_start, line_end in _dc_hits(data):
+        if devices:
+            return True
+        path = os.fsdecode(_header_path(_block_of(data, line_start, line_end)))
+        if not is_device_path(path):
+            return True
+    return False
+
+
+def _parse_header(line: bytes) -> Mapping | None:
+    """The mapping a ``maps`` line (or an ``smaps`` entry's first line) names; no flags yet."""
+    fields = line.split(None, 5)
+    if len(fields) < 5 or b"-" not in fields[0]:
+        return None
+    lo, _, hi = fields[0].partition(b"-")
+    return Mapping(
+        start=int(lo, 16),
+        end=int(hi, 16),
+        perms=fields[1].decode("ascii", "replace"),
+        offset=int(fields[2], 16),
+        dev=fields[3].decode("ascii", "replace"),
+        inode=int(fields[4]),
+        path=os.fsdecode(fields[5].rstrip(b"\n")) if len(fields) == 6 else "",
+        vmflags=frozenset(),
+    )
+
+
+def _parse_block(block: bytes) -> Mapping | None:
+    lines = block.split(b"\n")
+    header = _parse_header(lines[0])
+    if header is None:
+        return None
+    rss = 0
+    flags: frozenset[str] = frozenset()
+    for line in lines[1:]:
+        if line.startswith(b"Rss:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                rss = int(parts[1])
+        elif line.startswith(_VMFLAGS):
+            flags = frozenset(os.fsdecode(f) for f in line.split()[1:])
+    return header._replace(vmflags=flags, rss_kb=rss)
+
+
+def _is_header(line: bytes) -> bool:
+    # Field lines are "Key:   value"; a header's first token is "lo-hi".
+    head = line.split(b" ", 1)[0]
+    return b"-" in head and not head.endswith(b":")
+
+
+def parse_smaps(data: bytes) -> list[Mapping]:
+    """Every mapping in the given ``smaps`` text, in address order."""
+    out: list[Mapping] = []
+    lines = data.split(b"\n")
+    i = 0
+    n = len(lines)
+    while i < n:
+        if not _is_header(lines[i]):
+            i += 1
+            continue
+        j = i + 1
+        while j < n and lines[j] and not _is_header(lines[j]):
+            j += 1
+        m = _parse_block(b"\n".join(lines[i:j]))
+        if m is not None:
+            out.append(m)
+        i = j
+    return out
+
+
+def all_mappings(pid: Pid = "self") -> list[Mapping]:
+    """Every mapping of the process, in address order."""
+    return parse_smaps(read_smaps(pid))
+
+
+def dontfork_mappings(pid: Pid = "self", *, devices: bool = True) -> list[Mapping]:
+    """The process's ``MADV_DONTFORK`` mappings, in address order.
+
+    Only the entries carrying ``dc`` are parsed.  Device-file mappings are
+    included unless ``devices`` is false.
+    """
+    data = read_smaps(pid)
+    out = []
+    for line_start, line_end in _dc_hits(data):
+        m = _parse_block(_block_of(data, line_start, line_end))
+        if m is not None and (devices or not m.device):
+            out.append(m)
+    return out
+
+
+# -- maps: addresses and files, no flags ---------------------------------------
+
+
+def read_maps(pid: Pid = "self") -> bytes:
+    """The raw bytes of ``/proc/PID/maps`` (see :func:`read_proc` for the errors)."""
+    return read_proc(pid, "maps")
+
+
+def parse_maps(data: bytes) -> list[Mapping]:
+    """Every mapping in the given ``maps`` text (``vmflags`` empty, ``rss_kb`` 0)."""
+    out = []
+    for line in data.split(b"\n"):
+        m = _parse_header(line)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+def library_paths(prefixes: Sequence[str], pid: Pid = "self") -> dict[str, str]:
+    """For each file-name prefix (a soname like ``"libibverbs.so"``), the first mapped file
+    whose base name starts with it; prefixes with no such file are left out.
+
+    The kernel shows the file the mapping was made from, symlinks resolved, so
+    ``libibverbs.so`` finds ``/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0``.
+    """
+    found: dict[str, str] = {}
+    for m in parse_maps(read_maps(pid)):
+        if not m.path.startswith("/"):
+            continue
+        base = os.path.basename(m.path)
+        for prefix in prefixes:
+            if prefix not in found and base.startswith(prefix):
+                found[prefix] = m.path
+    return found
+
+
+def library_path(prefix: str, pid: Pid = "self") -> str | None:
+    """The mapped file whose base name starts with ``prefix``, else None (see :func:`library_paths`)."""
+    return library_paths((prefix,), pid).get(prefix)
+
+
+def mapping_at(addr: int, pid: Pid = "self") -> Mapping | None:
+    """The ``smaps`` entry (with its flags) that holds ``addr``, else None."""
+    for m in all_mappings(pid):
+        if m.start <= addr < m.end:
+            return m
+    return None
+
+
+def is_dontfork(addr: int, pid: Pid = "self") -> bool:
+    """Whether the mapping holding ``addr`` is ``MADV_DONTFORK`` (False when nothing is mapped there)."""
+    m = mapping_at(addr, pid)
+    return m is not None and m.dontfork
+
+
+# -- glibc's thread heaps ------------------------------------------------------
+
+#: glibc's HEAP_MAX_SIZE (malloc/arena.c: 2 * DEFAULT_MMAP_THRESHOLD_MAX, i.e.
+#: 2 * 4 * 1024 * 1024 * sizeof(long)): 64 MiB on 64-bit, 1 MiB on 32-bit.
+#: Every thread arena's heap is an mmap() of exactly this size at an address
+#: aligned to it, starting with its heap_info header.
+HEAP_MAX_SIZE = 2 * 4 * 1024 * 1024 * (8 if sys.maxsize > 2**32 else 4)
+
+
+def thread_heap_base(addr: int, mappings: Sequence[Mapping]) -> int | None:
+    """The heap_info address of the glibc thread heap holding ``addr``, else None.
+
+    ``mappings`` are the process's, in address order (:func:`all_mappings` or
+    :func:`parse_maps`).  A thread heap is anonymous memory that starts at a
+    HEAP_MAX_SIZE-aligned address with readable pages (read-write first,
+    PROT_NONE after) and covers the whole aligned block; madvise() may have
+    split it into several mappings, so the block must be covered with no gap
+    and nothing but anonymous memory.  A mapping that merely overlaps an
+    aligned block (a large array) does not start at its base and is refused.
+    """
+    base = addr - (addr % HEAP_MAX_SIZE)
+    end = base + HEAP_MAX_SIZE
+    pos = base
+    for m in mappings:
+        if m.end <= base or m.start >= end:
+            continue
+        if m.start != pos or not m.anonymous or (pos == base and not m.perms.startswith("r")):
+            return None
+        pos = m.end
+    return base if pos >= end else None
+
+
+# -- capabilities ---------------------------------------------------------------
+
+#: linux/capability.h
+CAP_SYS_PTRACE = 19
+
+
+def has_capability(cap: int, pid: Pid = "self") -> bool | None:
+    """Whether ``cap`` is in the process's effective set (``CapEff:`` of
+    ``/proc/PID/status``); None when that cannot be read."""
+    try:
+        data = read_proc(pid, "status")
+    except OSError:
+        return None
+    for line in data.split(b"\n"):
+        if line.startswith(b"CapEff:"):
+            return bool(int(line.split()[1], 16) >> cap & 1)
+    return None
+
+
+# -- the rest a tool asks about a process ------------------------------------------
+
+
+def all_pids() -> list[int]:
+    """Every process id in /proc, in order (some may be gone by the time they are read)."""
+    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+
+
+def read_environ(pid: Pid) -> dict[str, str]:
+    """The environment the process started with (``/proc/PID/environ``; later
+    setenv() calls do not show)."""
+    env: dict[str, str] = {}
+    for item in read_proc(pid, "environ").split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def read_cmdline(pid: Pid) -> list[str]:
+    """The process's argv (empty for a kernel thread or a zombie)."""
+    data = read_proc(pid, "cmdline")
+    if not data:
+        return []
+    # Each argument ends with a NUL; drop only the last one, so empty arguments stay.
+    return [os.fsdecode(a) for a in data[:-1].split(b"\0")] if data.endswith(b"\0") \
+        else [os.fsdecode(data)]  # a process that rewrote its argv area
+
+
+def exe_path(pid: Pid) -> str:
+    """The file the process executes (``/proc/PID/exe``; reading it needs ptrace access)."""
+    return os.readlink(_proc_path(pid, "exe"))
+
+
+def thread_count(pid: Pid = "self") -> int:
+    """How many threads the process has now (``/proc/PID/task``)."""
+    return len(os.listdir(_proc_path(pid, "task")))
+
+
+def max_map_count() -> int | None:
+    """``vm.max_map_count``: how many mappings a process may have; None if unreadable."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------
+# System-wide facts, for the benchmark's description of the machine.  Kept
+# apart from the per-process readers above: they read files that are not
+# under /proc/PID.
+
+
+def _read_system_file(path: str) -> bytes:
+    """The bytes of a system-wide /proc file; empty where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def meminfo() -> dict[str, int]:
+    """``/proc/meminfo`` in bytes (``{"MemTotal": ..., "MemAvailable": ...}``);
+    empty where it cannot be read.  Values the kernel gives in kB are scaled."""
+    out: dict[str, int] = {}
+    for line in _read_system_file("/proc/meminfo").split(b"\n"):
+        key, _, rest = line.partition(b":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            scale = 1024 if parts[1:] == [b"kB"] else 1
+            out[key.decode("ascii", "replace")] = int(parts[0]) * scale
+    return out
+
+
+# The keys under which the architectures' /proc/cpuinfo name the processor.
+_CPU_MODEL_KEYS = ("model name", "Model", "Hardware", "cpu model")
+
+
+def cpu_model() -> str | None:
+    """The processor's name from ``/proc/cpuinfo``, or None."""
+    for line in _read_system_file("/proc/cpuinfo").split(b"\n"):
+        key, _, val = line.decode("utf-8", "replace").partition(":")
+        if key.strip() in _CPU_MODEL_KEYS and val.strip():
+            return val.strip()
+    return None

@@ -1,0 +1,63 @@
+"""Refuse, in one line, to run from a source tree that has no compiled core.
+
+``python -m pytest`` or ``python -c 'import rdmaspawn'`` started at a
+checkout's root puts the root first on ``sys.path``, so the checkout's
+``rdmaspawn/`` wins over any installed copy. Without its compiled module
+(``_rdmaspawn_cffi*.so``, built by ``pip install -e .``) nothing works, and
+the plain ImportError would not say why. numpy refuses the same way.
+
+Importing this module does the check, so that the package's first import
+line is enough. An installed rdmaspawn pays nothing for it: the diagnosis
+runs only when the core's import has already failed.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.machinery
+import os
+import sys
+
+__all__ = ["require_core"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _installed_elsewhere(root: str) -> str | None:
+    """Where another rdmaspawn is installed on sys.path, if anywhere."""
+    paths = [p for p in sys.path
+             if p and os.path.abspath(p) != root]
+    spec = importlib.machinery.PathFinder.find_spec("rdmaspawn", paths)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _explain(exc: ImportError) -> str:
+    built = glob.glob(os.path.join(_HERE, "_rdmaspawn_cffi*.so"))
+    if built:
+        # The core is there but does not load (a subinterpreter, a wheel for
+        # another machine, a missing libc symbol): the original error says why.
+        return f"rdmaspawn's C core {built[0]} does not load: {exc}"
+    root = os.path.dirname(_HERE)
+    if not os.path.exists(os.path.join(root, "setup.py")):
+        return (f"rdmaspawn's C core is missing from {_HERE}: the installation is "
+                "incomplete; reinstall it (pip install --force-reinstall rdmaspawn)")
+    other = _installed_elsewhere(root)
+    if other is not None:
+        return (f"rdmaspawn: this is the source tree {root}, which has no compiled core, "
+                f"and it shadows the rdmaspawn installed in {other}: start Python outside "
+                "the checkout, or build the checkout in place with: pip install -e .")
+    return (f"rdmaspawn: this is the source tree {root}, which has no compiled core: "
+            "build it in place with: pip install -e . (or install rdmaspawn and start "
+            "Python outside the checkout)")
+
+
+def require_core() -> None:
+    """Import the compiled core; an ImportError that says what to do if it fails."""
+    try:
+        from . import _rdmaspawn_cffi  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(_explain(exc)) from exc
+
+
+require_core()

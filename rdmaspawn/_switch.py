@@ -1,0 +1,92 @@
+"""The ``RDMASPAWN`` environment variable: what it may say, parsed and written in one place.
+
+A comma-separated list of items; every Python process that starts with it set
+(and has this rdmaspawn installed) applies them at start-up, through the
+``rdmaspawn-autostart.pth`` hook (:mod:`rdmaspawn._autostart`).
+``rdmaspawn run`` writes it for the command it starts.
+
+==========================  =====================================================
+item                        effect at interpreter start
+==========================  =====================================================
+``patch``                   ``rdmaspawn.patch()``
+``guard=raise``             ``rdmaspawn.guard("raise")`` (``guard`` alone: ``"warn"``)
+``start_method=forkserver`` multiprocessing's default start method becomes
+                            forkserver (or ``spawn``) unless the program picks one
+``verbose``                 one line on stderr saying what was done
+``on`` (or ``1``)           ``patch,guard=raise,start_method=forkserver``
+``off`` (or ``0``, empty)   nothing
+==========================  =====================================================
+
+Unknown items and bad values are reported (one line each) and skipped; the
+valid items still apply.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["VARIABLE", "GUARD_ACTIONS", "START_METHODS", "Settings", "parse", "ON"]
+
+#: The environment variable the start-up hook reads.
+VARIABLE = "RDMASPAWN"
+#: What ``guard=`` accepts (``rdmaspawn.guard()``'s actions).
+GUARD_ACTIONS = ("warn", "raise")
+#: What ``start_method=`` accepts: the start methods that do not fork the caller.
+START_METHODS = ("forkserver", "spawn")
+
+_ON = ("on", "1")
+_OFF = ("off", "0")
+_ITEMS_HELP = ("patch, guard=warn|raise, start_method=forkserver|spawn, verbose, on, off")
+
+
+class Settings(NamedTuple):
+    """What one ``RDMASPAWN`` value asks for (a NamedTuple: ``dataclasses``
+    would cost every interpreter's start-up ~30 ms)."""
+
+    patch: bool = False
+    #: ``"warn"``, ``"raise"`` or ``None`` (no guard).
+    guard: str | None = None
+    #: ``"forkserver"``, ``"spawn"`` or ``None`` (leave multiprocessing's default).
+    start_method: str | None = None
+    verbose: bool = False
+
+    def __bool__(self) -> bool:
+        return self.patch or self.guard is not None or self.start_method is not None
+
+    def to_env(self) -> str:
+        """The ``RDMASPAWN`` value that asks for exactly this (``"off"`` for nothing)."""
+        items = ["patch"] if self.patch else []
+        if self.guard is not None:
+            items.append(f"guard={self.guard}")
+        if self.start_method is not None:
+            items.append(f"start_method={self.start_method}")
+        if self.verbose:
+            items.append("verbose")
+        return ",".join(items) or "off"
+
+
+#: What ``on`` stands for, and what ``rdmaspawn run`` asks for by default.
+ON = Settings(patch=True, guard="raise", start_method="forkserver")
+
+
+def parse(value: str) -> tuple[Settings, list[str]]:
+    """``(settings, problems)`` for one value; each problem is one line for the user."""
+    found = Settings()._asdict()
+    problems: list[str] = []
+    for raw in value.split(","):
+        item = raw.strip()
+        key, sep, arg = item.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        arg = arg.strip().lower()
+        if not item or (key in _OFF and not sep):
+            continue
+        if key in _ON and not sep:
+            found.update(patch=True, guard=ON.guard, start_method=ON.start_method)
+        elif key in ("patch", "verbose") and not sep:
+            found[key] = True
+        elif key == "guard" and (not sep or arg in GUARD_ACTIONS):
+            found["guard"] = arg if sep else "warn"
+        elif key == "start_method" and arg in START_METHODS:
+            found["start_method"] = arg
+        else:
+            problems.append(f"ignoring {item!r} in {VARIABLE}={value!r} (items: {_ITEMS_HELP})")
+    return Settings(**found), problems

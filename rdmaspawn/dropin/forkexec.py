@@ -1,0 +1,209 @@
+"""A drop-in for ``_posixsubprocess.fork_exec`` built on the engine.
+
+CPython's ``Popen._execute_child`` (and multiprocessing's
+``util.spawnv_passfds``) start every child through this one primitive. This
+version takes the same arguments and, on a failure in the child, writes into
+``errpipe_write`` exactly what CPython's child would have written, so that
+``_execute_child`` raises the same exception, with the same errno and
+filename, as it does without rdmaspawn.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from typing import Any, Callable
+
+from .. import _capi, _cpython, _engine, _wrapping
+from .._procfs import has_dontfork
+from .._setup import Chain
+from .._setup_pack import ChildSetupError
+from . import arguments
+from . import childsetup as _childsetup
+
+__all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
+
+_CLOSE_AUTO = 0  # rs_close_method: close_range, else /proc, else a loop
+
+# What to use instead of a preexec_fn, one line each (PreexecFnError's message).
+_REPLACEMENTS = (
+    ("os.chdir(path)", "cwd=path"),
+    ("os.umask(mask)", "umask=mask"),
+    ("os.setsid()", "start_new_session=True"),
+    *((("os.setpgid(0, pgid)", "process_group=pgid"),)
+      if "pgid_to_set" in getattr(_cpython.current(), "params", ()) else ()),
+    ("os.setuid/setgid/setgroups", "user=, group=, extra_groups="),
+    ("closing or keeping fds", "close_fds=, pass_fds="),
+    ("SIGPIPE/SIGXFSZ back to default", "restore_signals=True"),
+    ("os.environ changes", "env="),
+    ("resource.setrlimit(res, (soft, hard))", "rdmaspawn.preexec.rlimit(res, soft, hard)"),
+    ("os.nice(n)", "rdmaspawn.preexec.nice(n)"),
+    ("os.sched_setaffinity(0, cpus)", "rdmaspawn.preexec.cpu_affinity(cpus)"),
+    ("prctl(PR_SET_PDEATHSIG, sig)", "rdmaspawn.preexec.pdeathsig(sig)"),
+    ("prctl(PR_SET_NO_NEW_PRIVS)", "rdmaspawn.preexec.no_new_privs()"),
+    ("signal.signal(sig, SIG_IGN/SIG_DFL)",
+     "rdmaspawn.preexec.ignore_signals(sig) / default_signals(sig)"),
+    ("signal.pthread_sigmask(how, sigs)", "rdmaspawn.preexec.signal_mask(whole_mask)"),
+    ("a controlling terminal (pty)", "rdmaspawn.pty_spawn(argv)"),
+    ("several of these", "rdmaspawn.preexec.chain(a, b, ...)"),
+)
+
+
+class PreexecFnError(subprocess.SubprocessError, RuntimeError):
+    """preexec_fn was given in a process where fork() would crash the child."""
+
+
+def _name(fn: Any) -> str:
+    """``module.qualname`` of a preexec_fn, for the refusal: what to go and change."""
+    if isinstance(fn, functools.partial):
+        return f"functools.partial({_name(fn.func)}, ...)"
+    if isinstance(fn, Chain):  # the members that need fork
+        return ", ".join(_name(part) for part in fn if _childsetup.as_setup(part) is None)
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}.{qualname}"
+
+
+def _refuse_preexec_fn(preexec_fn: Any) -> None:
+    width = max(len(old) for old, _ in _REPLACEMENTS)
+    lines = "\n".join(f"  {old:<{width}}  ->  {new}" for old, new in _REPLACEMENTS)
+    raise PreexecFnError(
+        "preexec_fn needs fork(), and this process holds "
+        "MADV_DONTFORK (RDMA) memory\n"
+        f"preexec_fn: {_name(preexec_fn)}\n"
+        "A forked child misses those pages and can crash before exec.\n"
+        "Use what rdmaspawn runs without fork (docs/preexec.md):\n" + lines
+    )
+
+
+def _error_bytes(err: _engine.SpawnError, chdir_tag: bytes) -> bytes:
+    if err.step == "execve":
+        tag = b""
+    elif err.step == "chdir":
+        tag = chdir_tag
+    else:
+        tag = b"noexec"
+    return b"OSError:%x:%s" % (err.errno, tag)
+
+
+def _plain_c_ints(values: tuple[Any, ...]) -> bool:
+    """Whether every value is an int (not a subclass) that fits a C int: what
+    CPython's _execute_child passes; anything else takes the converter."""
+    for value in values:
+        if type(value) is not int or not -0x80000000 <= value <= 0x7FFFFFFF:
+            return False
+    return True
+
+
+def _fork_exec_python(owner: Any, *args: Any) -> int:
+    """fork_exec in Python: every call the C one does not take as plain.
+
+    ``owner`` is the fork_exec object this call came through; a preexec_fn
+    that needs fork goes to its ``__wrapped__``, looked up at each call, so
+    that a wrapper applied later can be taken out of the chain again.
+    """
+    internals = _cpython.require()
+    call = _cpython.unpack_fork_exec(args)
+    setup = None
+    if call.preexec_fn is not None:
+        # rdmaspawn.preexec helpers and the common stdlib values run in
+        # the CLONE_VM child without fork (childsetup's table).
+        setup = _childsetup.as_setup(call.preexec_fn)
+    if call.preexec_fn is not None and setup is None:
+        if has_dontfork():
+            _refuse_preexec_fn(call.preexec_fn)
+        # No DONTFORK memory: fork() is safe, and only it can run Python
+        # code in the child. Behave exactly as CPython does.
+        return owner.__wrapped__(*args)  # type: ignore[no-any-return]
+
+    # Convert and check as fork_exec does, in its order: the ints as it
+    # parses its arguments, then its preconditions, strings, ids.
+    ints: tuple[Any, ...] = call[6:14] + (call.pgid_to_set, call.child_umask)
+    if not _plain_c_ints(ints):  # the usual case skips the converter
+        c_int, parser = _cpython.c_int, internals.int_parser
+        ints = tuple(c_int(value, parser) for value in ints)
+    (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
+     errpipe_write, pgid, umask) = ints
+    if call.close_fds and errpipe_write < 3:
+        raise ValueError("errpipe_write must be >= 3")
+    arguments.check_fds_to_keep(call.fds_to_keep)
+    # The error pipe stays with the parent: the engine's child reports
+    # through shared memory and this function writes the pipe itself.
+    keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
+    flags = ((call.close_fds and _engine.CLOSE_FDS)
+             | (call.restore_signals and _engine.RESTORE_SIGNALS)
+             | (call.call_setsid and _engine.SETSID))
+    want_pidfd = _childsetup.pidfd_requested()
+    if want_pidfd:
+        flags |= _engine.WANT_PIDFD
+    try:
+        groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
+        gid = arguments.convert_id(call.gid, "gid")
+        uid = arguments.convert_id(call.uid, "uid")
+        pid, pidfd = _engine.spawn_flat(
+            call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
+            errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
+            _CLOSE_AUTO, umask, pgid, groups, gid, uid, 255, setup)
+    except ChildSetupError as err:
+        # Raised here, as a failed fork() is: the caller closes the pipes.
+        if err.pid is not None:
+            os.waitpid(err.pid, 0)
+            err.pid = None
+        raise
+    except _engine.SpawnError as err:
+        if err.pid is None:
+            # No child: CPython raises from the failed fork() itself.
+            raise OSError(err.errno, os.strerror(err.errno)) from None
+        # The caller reads the pipe and reaps the child, as with CPython;
+        # a caller that closed its end (BrokenPipeError) still gets the
+        # pid, which it alone can reap.
+        try:
+            os.write(errpipe_write, _error_bytes(err, internals.chdir_tag))
+        except OSError:
+            pass
+        return err.pid
+    except (TypeError, ValueError, OverflowError):
+        # fork_exec converts its strings first, in its own order: their
+        # errors win over the ids' and the engine's.
+        arguments.check_strings(call)
+        raise
+    if want_pidfd:
+        _childsetup.hand_pidfd(pidfd)
+    return pid
+
+
+def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
+    """Build a ``fork_exec`` whose preexec_fn path goes to ``fallback``.
+
+    ``fallback`` is CPython's own fork_exec (or whatever stood in its place),
+    kept on ``__wrapped__``. The result is the C fork_exec
+    (csrc/python/fork_exec.c), which starts the plain call itself and hands
+    every other to :func:`_fork_exec_python`; where this CPython is not one
+    rdmaspawn knows, or ctypes cannot load the module, a Python function that
+    does it all (and raises UnsupportedPython when called on an unknown one).
+    """
+    internals = _cpython.current()
+    if internals is not None:
+        positions = tuple(internals.params.index(name) if name in internals.params else -1
+                          for name in _cpython.ForkExecCall._fields)
+        if _capi.fork_exec_new is not None:
+            return _capi.fork_exec_new(fallback, _fork_exec_python, positions,
+                                       internals.chdir_tag)
+
+    def fork_exec(*args: Any) -> int:
+        return _fork_exec_python(fork_exec, *args)
+
+    fork_exec.__wrapped__ = fallback  # type: ignore[attr-defined]
+    fork_exec.__rdmaspawn__ = True  # type: ignore[attr-defined]
+    return fork_exec
+
+
+def _cpython_fork_exec() -> Callable[..., int]:
+    import _posixsubprocess
+
+    # Under patch() or guard() the module attribute may be a wrapper.
+    return _wrapping.innermost(_posixsubprocess.fork_exec)  # type: ignore[no-any-return]
+
+
+#: The engine-based fork_exec used by rdmaspawn.Popen.
+fork_exec: Callable[..., int] = make_fork_exec(_cpython_fork_exec())

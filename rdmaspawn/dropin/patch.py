@@ -1,0 +1,105 @@
+"""``patch()``: route every child the standard library starts through the engine.
+
+CPython starts children through one primitive, ``_posixsubprocess.fork_exec``
+(named ``subprocess._fork_exec`` on 3.11+): ``subprocess.Popen`` and all its
+helpers, ``os.popen``, asyncio's subprocesses and multiprocessing's ``spawn``
+and ``forkserver`` start methods (``util.spawnv_passfds``) all end there.
+Replacing it, and subprocess's ``posix_spawn`` shortcut
+(``Popen._posix_spawn``), covers code that did ``from subprocess import
+Popen`` long before the patch.
+``os.spawn*`` fork on their own and get the engine too. What cannot be
+patched: ``os.fork`` itself, multiprocessing's ``fork`` start method and
+``pty``: see ``rdmaspawn.guard()``.
+"""
+from __future__ import annotations
+
+import _posixsubprocess
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .. import _cpython, _wrapping
+from . import forkexec as _forkexec
+from . import posixspawn as _posixspawn
+from . import spawnv as _spawnv
+from . import startmethod as _startmethod
+
+__all__ = ["patch", "unpatch", "patched", "is_patched"]
+
+_lock = threading.Lock()
+# (object, attribute, value before, value we set), in the order applied.
+_applied: list[tuple[Any, str, Any, Any]] | None = None
+# The default start methods patch(start_method=) set, for unpatch() to undo
+# (only those: RDMASPAWN's stays).
+_preferences: list[_startmethod.Preference] = []
+
+
+def _swap(done: list[tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
+    done.append((obj, name, getattr(obj, name), new))
+    setattr(obj, name, new)
+
+
+def patch(start_method: str | None = None) -> None:
+    """Make every child this process's standard library starts fork-safe.
+
+    ``start_method="forkserver"`` (or ``"spawn"``) also makes it
+    multiprocessing's default start method unless the program already chose
+    one (see :mod:`rdmaspawn.dropin.startmethod`). Idempotent and thread-safe;
+    undone by :func:`unpatch`.
+    """
+    global _applied
+    with _lock:
+        if start_method is not None:
+            preference = _startmethod.prefer_start_method(start_method)
+            if preference is not None:
+                _preferences.append(preference)
+        if _applied is not None:
+            return
+        # This CPython calls fork_exec as we know, or no patch at all.
+        home, attr = _cpython.require().home
+        done: list[tuple[Any, str, Any, Any]] = []
+        fork_exec = _forkexec.make_fork_exec(_posixsubprocess.fork_exec)
+        _swap(done, _posixsubprocess, "fork_exec", fork_exec)
+        if home == "subprocess":  # 3.11+ calls its own alias, bound at import
+            sub_fork_exec = _forkexec.make_fork_exec(getattr(subprocess, attr))
+            _swap(done, subprocess, attr, sub_fork_exec)
+        _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
+        if hasattr(os, "_spawnvef"):
+            _swap(done, os, "_spawnvef", _spawnv.spawnvef)
+        _applied = done
+
+
+def unpatch() -> None:
+    """Undo :func:`patch` (and the start method it set, nothing else);
+    harmless when not patched."""
+    global _applied
+    with _lock:
+        while _preferences:
+            _startmethod.undo_preference(_preferences.pop())
+        if _applied is None:
+            return
+        for obj, name, old, new in reversed(_applied):
+            # Off the attribute, or out of the chain of whoever wrapped ours
+            # since (rdmaspawn.guard() does); else it stays there.
+            _wrapping.splice_out(obj, name, new, old)
+        _applied = None
+
+
+def is_patched() -> bool:
+    """Whether :func:`patch` is in force."""
+    return _applied is not None
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """``with rdmaspawn.patched():`` patch for the block, then put back what was."""
+    was = is_patched()
+    patch()
+    try:
+        yield
+    finally:
+        if not was:
+            unpatch()

@@ -1,0 +1,80 @@
+"""A drop-in for ``Popen._posix_spawn`` built on the engine.
+
+For simple requests CPython's ``_execute_child`` takes a shortcut through
+``os.posix_spawn()`` (3.9-3.12: with ``close_fds=False``; 3.13: also with
+``close_fds=True`` where ``POSIX_SPAWN_CLOSEFROM`` exists). That path has its
+own rules: the environment comes from ``os.environ`` (3.9-3.12), and every
+failure, in the child or not, is an ``OSError`` naming the executable. This
+replacement starts the child with the engine and keeps those rules, so that
+each request behaves as it does in CPython on the path CPython would take.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+from .. import _cpython, _engine
+from . import arguments
+from . import childsetup as _childsetup
+
+__all__ = ["posix_spawn_method"]
+
+# The running CPython's parameters of _posix_spawn (they differ by version:
+# 3.13 added close_fds), read from its code object: inspect.signature()
+# would import inspect, ~15 ms of every interpreter's start-up under RDMASPAWN.
+_CPYTHON = subprocess.Popen._posix_spawn  # type: ignore[attr-defined]
+_PARAMETERS: tuple[str, ...] = _CPYTHON.__code__.co_varnames[:_CPYTHON.__code__.co_argcount]
+_DEFAULTS: dict[str, Any] = dict(zip(reversed(_PARAMETERS), reversed(_CPYTHON.__defaults__ or ())))
+
+
+def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name, as CPython's function would take them."""
+    if len(args) > len(_PARAMETERS):
+        raise TypeError(f"_posix_spawn() takes {len(_PARAMETERS)} positional arguments "
+                        f"but {len(args)} were given")
+    bound = dict(zip(_PARAMETERS, args))
+    for name, value in kwargs.items():
+        if name not in _PARAMETERS or name in bound:
+            raise TypeError(f"_posix_spawn() got an unexpected or repeated argument {name!r}")
+        bound[name] = value
+    for name in _PARAMETERS:
+        if name not in bound:
+            if name not in _DEFAULTS:
+                raise TypeError(f"_posix_spawn() missing required argument {name!r}")
+            bound[name] = _DEFAULTS[name]
+    return bound
+
+
+def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
+    """``Popen._posix_spawn`` of the running CPython, on the engine."""
+    internals = _cpython.require()
+    a = _bind((self, *args), kwargs)
+    env: Mapping[Any, Any] | None = a["env"]
+    if env is None and internals.posix_spawn_environ:
+        env = os.environ
+    executable = a["executable"]
+    # The file actions' fds: closes first, then dup2s, as _posix_spawn lists them.
+    fds = tuple(fd for fd in (a["p2cwrite"], a["c2pread"], a["errread"], a["p2cread"],
+                              a["c2pwrite"], a["errwrite"]) if fd != -1)
+    env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
+                                          internals.posix_spawn_str_nul)
+    want_pidfd = _childsetup.pidfd_requested()
+    try:
+        pid, pidfd = _engine.spawn(
+            a["args"], [executable], env=env_list,
+            stdin=a["p2cread"], stdout=a["c2pwrite"], stderr=a["errwrite"],
+            close_in_child=(a["p2cwrite"], a["c2pread"], a["errread"]),
+            close_fds=bool(a.get("close_fds", False)),
+            restore_signals=a["restore_signals"], want_pidfd=want_pidfd,
+        )
+    except _engine.SpawnError as err:
+        # posix_spawn() reports every failure as an error on its path.
+        raise OSError(err.errno, os.strerror(err.errno), executable) from None
+    if want_pidfd:
+        _childsetup.hand_pidfd(pidfd)
+    self.pid = pid
+    self._child_created = True
+    self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],
+                         a["errread"], a["errwrite"])

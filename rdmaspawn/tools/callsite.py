@@ -1,0 +1,33 @@
+"""Call a function as if from its caller's line, so that C warnings blame the caller.
+
+A warning that C code raises (CPython's os.fork() DeprecationWarning about
+threads, from 3.12) names the innermost Python frame: under guard() that was
+the guard's wrapper in this package, so the warning named tools/guard.py and
+a filter on the caller's module missed it. :func:`call_from` makes the call
+from a frame that has the caller's globals (module name, warning registry),
+file name and line, which is all a warning reads from a frame.
+"""
+
+from __future__ import annotations
+
+from types import CodeType, FrameType
+from typing import Any, Callable
+
+__all__ = ["call_from"]
+
+_TEMPLATE = compile("__call(*__args, **__kwargs)", "<rdmaspawn call site>", "eval")
+_SITES: dict[tuple[str, int], CodeType] = {}
+_MAX_SITES = 4096  # a bound, for programs that fork from generated code
+
+
+def call_from(caller: FrameType, fn: Callable[..., Any], args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)``, with ``caller``'s file, line and globals on top."""
+    key = (caller.f_code.co_filename, caller.f_lineno or caller.f_code.co_firstlineno)
+    site = _SITES.get(key)
+    if site is None:
+        # One line of code: its line number is co_firstlineno on every version.
+        site = _TEMPLATE.replace(co_filename=key[0], co_firstlineno=key[1])
+        if len(_SITES) < _MAX_SITES:
+            _SITES[key] = site
+    return eval(site, caller.f_globals, {"__call": fn, "__args": args, "__kwargs": kwargs})

@@ -1,0 +1,36 @@
+"""Text taken from other processes, made safe to print on a terminal.
+
+A command line, a mapped file's name or an environment value belongs to
+whoever started that process. Printed raw, its control codes reach the
+reader's terminal: any process could set the title of root's terminal, or
+move the cursor up and erase a HAZARD line (issue 20). The text outputs
+escape every character that is not printable; ``--json`` needs nothing
+(json.dumps escapes control characters itself).
+"""
+
+from __future__ import annotations
+
+__all__ = ["printable"]
+
+# os.fsdecode() turns a byte that is not UTF-8 into a lone surrogate (PEP 383).
+_SURROGATE_ESCAPES = range(0xDC80, 0xDD00)
+
+
+def printable(text: str) -> str:
+    """``text`` with each non-printable character (C0 and C1 controls, DEL,
+    format characters such as bidi overrides, undecodable bytes) as a Python
+    escape: ``\\x1b``, ``\\u202e``; the ordinary space is kept."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code in _SURROGATE_ESCAPES:
+        return f"\\x{code - 0xDC00:02x}"  # the original byte
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"

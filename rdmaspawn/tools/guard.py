@@ -1,0 +1,262 @@
+"""Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
+
+:func:`guard` wraps the module attributes through which Python code forks:
+
+- ``os.fork`` (also what ``multiprocessing``'s "fork" start method calls) and
+  ``os.forkpty`` (what ``pty.fork()`` calls);
+- ``_posixsubprocess.fork_exec`` and, on 3.11+, ``subprocess._fork_exec`` (the
+  name ``subprocess.Popen`` calls), but only for the calls that really fork:
+  always on 3.9; on 3.10+ when ``preexec_fn`` is given, when ``user``/
+  ``group``/``extra_groups`` are, or when ``subprocess._USE_VFORK`` is false.
+
+Before such a call it checks :func:`rdmaspawn._procfs.has_dontfork` (device
+mappings left out) and, if the process holds ``MADV_DONTFORK`` memory, warns
+with :class:`ForkHazardWarning` (then forks) or raises
+:class:`ForkHazardError` (and does not fork).
+
+Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
+
+- Every wrapper sets ``__wrapped__`` to what it replaced.  Our wrappers also
+  carry ``__rdmaspawn_guard__ = True``.
+- Wrappers look up ``__wrapped__`` at each call (ours and the rdmaspawn
+  engine's), so a link can be taken out of a chain by rewriting the
+  ``__wrapped__`` of the wrapper above it.
+- :func:`unguard` puts back what it replaced where the attribute is still our
+  wrapper, and otherwise splices our wrapper out of the ``__wrapped__`` chain
+  below the attribute; failing both (a wrapper that does not follow this
+  convention), ours stays in that chain as a pass-through.
+- A ``fork_exec`` replacement that forks only to run a ``preexec_fn`` (the
+  rdmaspawn engine's) says so with ``__rdmaspawn__ = True`` (or
+  ``__rdmaspawn_forks_only_for_preexec_fn__ = True``, or by living in a module
+  under ``rdmaspawn``); when guard wraps such
+  a function it checks only calls with a ``preexec_fn``.  Such a replacement
+  should hand ``preexec_fn`` calls to the function it replaced, so that a
+  guard applied before it still sees them.
+
+``fork_exec`` is positional only; which argument is which on each version,
+and when CPython's forks rather than vforks, is ``rdmaspawn._cpython``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable
+
+from .. import _cpython, _wrapping
+from .._procfs import Mapping, dontfork_mappings, has_dontfork
+from ..dropin import poolhandler
+from ..dropin.childsetup import as_setup
+from ..dropin.patch import is_patched
+from .callsite import call_from
+
+__all__ = [
+    "ForkHazardError",
+    "ForkHazardWarning",
+    "guard",
+    "guarded",
+    "is_guarded",
+    "unguard",
+]
+
+_MARK = "__rdmaspawn_guard__"
+_PREEXEC_ONLY = "__rdmaspawn_forks_only_for_preexec_fn__"
+
+
+class ForkHazardWarning(RuntimeWarning):
+    """A fork() is about to run in a process that holds MADV_DONTFORK memory."""
+
+    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+        super().__init__(message)
+        self.mappings: list[Mapping] = list(mappings)
+
+
+class ForkHazardError(RuntimeError):
+    """A fork() was refused: the process holds MADV_DONTFORK memory (see ``.mappings``)."""
+
+    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+        super().__init__(message)
+        self.mappings: list[Mapping] = list(mappings)
+
+
+_lock = threading.RLock()
+_mode: str | None = None
+# Our wrappers that act (the others pass through), and the one per attribute.
+_active: set[Callable[..., Any]] = set()
+_installed: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def _check(what: str) -> None:
+    mode = _mode
+    if mode is None:
+        return
+    try:
+        if not has_dontfork():
+            return
+        maps = dontfork_mappings(devices=False)
+    except OSError:
+        return  # /proc unreadable: never block a spawn on a failed look
+    shown = "; ".join(m.describe() for m in maps[:5])
+    if len(maps) > 5:
+        shown += f"; and {len(maps) - 5} more"
+    # patch() in force already: advise only what is left to do.
+    spawners = "rdmaspawn.Popen" if is_patched() else "rdmaspawn.Popen or rdmaspawn.patch()"
+    msg = (
+        f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
+        f"get those pages and may die with SIGSEGV before exec. Use {spawners} "
+        "without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
+    )
+    if mode == "raise":
+        raise ForkHazardError(msg, maps)
+    # stacklevel 4: _check -> wrapper -> the caller of os.fork()/fork_exec().
+    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4)
+
+
+def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
+    """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
+    try:
+        call = _cpython.unpack_fork_exec(args)
+    except TypeError:
+        return False  # a wrong argument count: the callee raises
+    except _cpython.UnsupportedPython:
+        return True  # a CPython we do not know: assume the worst
+    if preexec_only and call.preexec_fn is not None and as_setup(call.preexec_fn) is not None:
+        return False  # the engine runs the preexec_fn values it recognises without fork
+    return _cpython.fork_exec_forks(call, preexec_only)
+
+
+def _is_engine(fn: Any) -> bool:
+    if getattr(fn, "__rdmaspawn__", False):
+        return True
+    module = getattr(fn, "__module__", None) or ""
+    return module == "rdmaspawn" or module.startswith("rdmaspawn.")
+
+
+def _forks_only_for_preexec(fn: Any) -> bool:
+    return bool(getattr(fn, _PREEXEC_ONLY, False)) or _is_engine(fn)
+
+
+def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(original, updated=())
+    def guarded_fork(*args: Any, **kwargs: Any) -> Any:
+        if guarded_fork in _active:
+            _check(what)
+        # From the caller's line: CPython's warning about forking with
+        # threads (3.12+) names the frame that calls os.fork().
+        return call_from(sys._getframe(1), guarded_fork.__wrapped__, args, kwargs)
+
+    setattr(guarded_fork, _MARK, True)
+    return guarded_fork
+
+
+def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(original, updated=())
+    def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
+        inner = guarded_fork_exec.__wrapped__
+        # Not over the engine: it forks only for a preexec_fn it does not
+        # recognise, and only without DONTFORK memory; with it, it refuses
+        # with PreexecFnError, which names the function and what to use.
+        if (guarded_fork_exec in _active and not _is_engine(inner)
+                and _fork_exec_forks(args, _forks_only_for_preexec(inner))):
+            _check(what)
+        return inner(*args, **kwargs)
+
+    setattr(guarded_fork_exec, _MARK, True)
+    return guarded_fork_exec
+
+
+_Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
+
+
+def _targets() -> list[_Target]:
+    import _posixsubprocess
+    import subprocess
+
+    out: list[_Target] = [
+        (os, "fork", _wrap_fork, "os.fork()"),
+        (os, "forkpty", _wrap_fork, "os.forkpty()"),
+        (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
+    ]
+    internals = _cpython.current()
+    home, attr = internals.home if internals else ("subprocess", "_fork_exec")
+    if home == "subprocess" and hasattr(subprocess, attr):  # 3.11+: Popen's own alias
+        out.append((subprocess, attr, _wrap_fork_exec, "subprocess.Popen"))
+    return out
+
+
+def guard(action: str = "warn") -> None:
+    """From now on, catch a fork() in this process while it holds MADV_DONTFORK memory.
+
+    ``action="warn"`` issues :class:`ForkHazardWarning` and lets the fork go
+    ahead; ``action="raise"`` raises :class:`ForkHazardError` instead of
+    forking.  Calling it again changes the action; it never wraps twice.
+    Thread-safe; undo with :func:`unguard`.
+    """
+    global _mode
+    if action not in ("warn", "raise"):
+        raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
+    with _lock:
+        for module, attr, wrap, what in _targets():
+            current = getattr(module, attr, None)
+            if current is None:
+                continue
+            key = (module.__name__, attr)
+            mine = _installed.get(key)
+            if mine is not None and (mine is current or mine in _active):
+                # Still on top, or still in someone else's chain and acting.
+                _active.add(mine)
+                continue
+            if getattr(current, _MARK, False):
+                _active.add(current)  # one of ours put back by someone's undo
+                _installed[key] = current
+                continue
+            wrapper = wrap(current, what)
+            setattr(module, attr, wrapper)
+            _installed[key] = wrapper
+            _active.add(wrapper)
+        _mode = action
+    # A fork refused in a Pool's worker handler must fail the job, not hang
+    # it, however the guard was turned on (now, or when the pool module comes).
+    poolhandler.install_when_imported()
+
+
+def unguard() -> None:
+    """Stop guarding; put back what :func:`guard` replaced where nobody wrapped it since."""
+    global _mode
+    with _lock:
+        _mode = None
+        for module, attr, _wrap, _what in _targets():
+            key = (module.__name__, attr)
+            mine = _installed.get(key)
+            if mine is None:
+                continue
+            _active.discard(mine)
+            if _wrapping.splice_out(module, attr, mine):
+                del _installed[key]
+            # else: someone wrapped ours and calls it directly; it stays in
+            # their chain as a pass-through.
+
+
+def is_guarded() -> str | None:
+    """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
+    return _mode
+
+
+@contextlib.contextmanager
+def guarded(action: str = "warn") -> Iterator[None]:
+    """``with guarded("raise"):`` guard for the block, then restore the previous state."""
+    with _lock:
+        previous = _mode
+    guard(action)
+    try:
+        yield
+    finally:
+        if previous is None:
+            unguard()
+        else:
+            guard(previous)

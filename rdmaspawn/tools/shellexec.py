@@ -1,0 +1,79 @@
+"""Become a command as a shell would start it: ``run``'s exec.
+
+Three things tell an exec from a shell apart from ``os.execvpe``, and each
+is undone here:
+
+- Signals. CPython ignores SIGPIPE and SIGXFSZ (SIGXFZ where it exists) at
+  start-up, and an exec keeps an ignored signal ignored; a shell's child
+  starts with them at SIG_DFL, so ``yes | head -c1`` ends ``yes`` by SIGPIPE.
+  They go back to SIG_DFL, as subprocess's ``restore_signals`` does. (Caught
+  signals need nothing: an exec resets them. The signal mask is untouched by
+  CPython's start-up.)
+- The environment. CPython's start-up may set ``LC_CTYPE`` (PEP 538 locale
+  coercion when the locale is C); the command gets the environment this
+  process was started with (``/proc/self/environ``), plus what the caller
+  sets.
+- Scripts without ``#!``. execve() fails with ENOEXEC; a shell, and the C
+  library's execvp(), run such a file with /bin/sh.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+__all__ = ["initial_environ", "exec_as_shell"]
+
+#: The shell a file without ``#!`` is handed to (execvp's _PATH_BSHELL).
+SHELL = "/bin/sh"
+
+#: What CPython's start-up ignores (Python/pylifecycle.c, signal_install_handlers).
+_PYTHON_IGNORES = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+                        if hasattr(signal, name))
+
+
+def initial_environ() -> dict[str, str]:
+    """The environment this process was exec'd with (os.environ where /proc
+    cannot tell: it has what the start-up changed)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return dict(os.environ)
+    env = {}
+    for entry in raw.split(b"\0"):
+        key, eq, value = entry.partition(b"=")
+        if eq and key:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def _candidates(name: str, env: Mapping[str, str]) -> list[str]:
+    # execvp's search: a name with a slash is used as is.
+    if "/" in name:
+        return [name]
+    return [os.path.join(d, name) for d in os.get_exec_path(env)]
+
+
+def exec_as_shell(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process by ``command`` (searched in PATH); raises the
+    OSError os.execvpe would when it cannot be started."""
+    for signum in _PYTHON_IGNORES:
+        signal.signal(signum, signal.SIG_DFL)
+    argv = list(command)
+    first_error: OSError | None = None
+    last_error: OSError | None = None
+    for path in _candidates(argv[0], env):
+        try:
+            os.execve(path, argv, env)
+        except OSError as exc:
+            if exc.errno == errno.ENOEXEC:
+                os.execve(SHELL, [SHELL, path, *argv[1:]], env)
+            # As os.execvpe: the first error that is not "not here" wins.
+            if first_error is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                first_error = exc
+            last_error = exc
+    raise first_error or last_error or FileNotFoundError(errno.ENOENT, "No such file or directory",
+                                                        argv[0])
