@@ -35,22 +35,29 @@
 # cpio, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross.
 set -uo pipefail
 
-# What runs on arm64, one or more tests per part (TCG runs a Python process
-# several times slower than the host, so not whole modules): the engine
-# (errors, pidfd), the drop-in fork_exec, patch(), the hazard, the
-# declarative setup, the .pth hook, rdmaspawn run, the clone path switch.
-SUBSET="tests/test_errors.py::test_engine_reports_step_and_reaps
+# What runs on arm64 (TCG runs a Python process several times slower than
+# the host, so chosen tests, not whole modules).  SUBSET on the clone3()
+# path: the engine (errors, pidfd), the drop-in fork_exec, patch(), the
+# hazard, the declarative setup, the .pth hook, rdmaspawn run (with
+# multiprocessing, which needs the VM's /dev/shm).  CLONE_SUBSET again on
+# glibc's clone() (RDMASPAWN_CLONE=clone): the tests whose spawns go
+# straight through the engine's clone call.
+CLONE_SUBSET="tests/test_errors.py::test_engine_reports_step_and_reaps
   tests/test_errors.py::test_engine_pidfd
   tests/test_pidfd.py::test_send_signal_goes_through_the_pidfd
+  tests/test_pidfd.py::test_popen_has_a_pidfd_closed_when_reaped
   tests/test_forkexec.py::test_plain_call_is_started_in_c_and_any_other_in_python
   tests/test_forkexec.py::test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does
   tests/test_patch.py::test_patch_routes_through_the_engine_and_unpatch_restores
   tests/test_patch.py::test_module_is_a_drop_in_for_subprocess
-  tests/test_hazard_spawn.py::test_every_rdmaspawn_path_survives
+  tests/test_hazard_spawn.py::test_every_rdmaspawn_path_survives"
+SUBSET="$CLONE_SUBSET
   tests/test_declarative.py::test_setup_failure_is_an_oserror_naming_the_step
   tests/test_declarative.py::test_setup_runs_in_order_for_privileges
+  tests/test_declarative.py::test_unrecognised_preexec_fn_still_refused_with_hazard
   tests/test_autostart.py::test_hook_is_installed_beside_the_package
   tests/test_autostart.py::test_on_applies_everything
+  tests/test_autostart.py::test_minus_I_keeps_the_hook
   tests/test_run.py::test_every_child_survives_under_run[popen]
   tests/test_run.py::test_every_child_survives_under_run[mp_process]
   tests/test_run.py::test_every_child_survives_under_run[pool]
@@ -111,18 +118,23 @@ install -m 755 "$repo/.ci/lanes/arm64_inside.sh" "$root/harness"
 mkdir -p "$root/lane" "$root/root"
 cp -a "$repo/tests" "$repo/pyproject.toml" "$root/lane/"
 rm -rf "$root/lane/tests/conformance" "$root/lane/tests/torch_job"
-set -f; printf '%s\n' $SUBSET >"$root/lane/subset"; set +f
+set -f
+printf '%s\n' $SUBSET >"$root/lane/subset.clone3"
+printf '%s\n' $CLONE_SUBSET >"$root/lane/subset.clone"
+set +f
 
 # --- 3. this run's wheel --------------------------------------------------------
 say "waiting for rdmaspawn-*-manylinux_2_28_aarch64.whl in $wheelhouse"
 waited=0
+# Complete once it reads as a zip (build-wheels copies it in).
 until wheel=$(ls "$wheelhouse"/rdmaspawn-*-manylinux_2_28_aarch64.whl 2>/dev/null | head -n 1) \
-      && [ -n "$wheel" ]; do
+      && [ -n "$wheel" ] \
+      && "$PYTHON" -c 'import sys, zipfile; sys.exit(zipfile.ZipFile(sys.argv[1]).testzip() is not None)' \
+           "$wheel" 2>/dev/null; do
   [ "$waited" -lt "${RDMASPAWN_WHEEL_WAIT:-1200}" ] || die "no aarch64 wheel after ${waited}s"
   [ $((waited % 30)) -ne 0 ] || [ "$waited" -eq 0 ] || say "still waiting for the wheel (${waited}s)"
   sleep 5; waited=$((waited + 5))
 done
-sleep 2  # build-wheels moves the finished wheel in; let a slow copy finish
 say "installing $(basename "$wheel")"
 pip_target "$work/wheel-target" --no-deps "$wheel" >"$work/pip.log" 2>&1 \
   || { cat "$work/pip.log"; die "pip install the wheel"; }
@@ -134,6 +146,19 @@ rm -rf "$work/wheel-target/bin"
 cp -a "$work/wheel-target/." "$site/"
 [ -f "$site/rdmaspawn-autostart.pth" ] || die "the wheel's .pth hook is not in site-packages"
 
+# Debian compiles the stdlib's .pyc in python3's maintainer scripts, which
+# extract never runs: without them every interpreter in the VM compiles what
+# it imports, under TCG.  A host CPython 3.11 (same .pyc format) compiles them
+# here; unchecked-hash, so that no timestamp decides.
+py311=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.*/bin/python 2>/dev/null | sort -V | tail -n 1)
+if [ -n "$py311" ]; then
+  say "compiling the userland's .pyc with $("$py311" --version)"
+  "$py311" -m compileall -q -j 0 --invalidation-mode unchecked-hash -s "$root" -p / \
+    "$root/usr/lib/python3.11" "$site" >"$work/compileall.log" 2>&1 \
+    || { tail -n 20 "$work/compileall.log"; die "compileall"; }
+else
+  say "no CPython 3.11 under pyenv: the VM compiles its .pyc itself"
+fi
 say "packing the initramfs"
 (cd "$root" && find . | cpio -o -H newc -R 0:0 --quiet) >"$work/initrd.cpio" || die "cpio"
 rm -rf "$root"
