@@ -73,7 +73,7 @@ die() { say "FAILED: $*"; echo "LANE: 0 passed, 1 failed"; exit 1; }
 qemu_pid=""
 cleanup() {
   [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null
-  rm -rf "$work/root" "$work/initrd.cpio" "$work/wheel-target"
+  rm -rf "$work/root" "$work/initrd.cpio" "$work/wheel-target" "$work"/console* "$work"/*.log
 }
 trap cleanup EXIT
 
