@@ -10,12 +10,34 @@
  * or IBV_FORK_SAFE is set, at its first ibv_get_device_list(); after that the
  * status reads "enabled" and rs_fork_init() has nothing left to do.
  * RDMAV_HUGEPAGES_SAFE makes it round regions out to huge pages instead.
+ *
+ * The state is whether registrations are marked, not what the library says
+ * (measured on a soft-RoCE device, docs/rdma-core-matrix.md):
+ *
+ *   library answers          state      how
+ *   -----------------------  ---------  ------------------------------------
+ *   IBV_FORK_ENABLED         enabled    its answer
+ *   IBV_FORK_DISABLED        disabled   its answer (nothing marks without
+ *                                       its mm_root, which that answer reads)
+ *   IBV_FORK_UNNEEDED        enabled    if a probe range gets marked
+ *                            unneeded   if not (forkprobe.c): rdma-core
+ *                                       35-50 answer UNNEEDED and mark
+ *   no ibv_is_fork_initialized (rdma-core < 35, no copy-on-fork awareness):
+ *                            enabled    if ibv_fork_init() ran here, or
+ *                                       RDMAV_FORK_SAFE / IBV_FORK_SAFE is
+ *                                       set (it runs at the first device
+ *                                       list), or memory other than device
+ *                                       memory is marked already (someone
+ *                                       else called ibv_fork_init())
+ *                            disabled   otherwise (a probe there would make
+ *                                       our own ibv_fork_init() fail)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rdmaspawn.h"
@@ -73,13 +95,18 @@ static void *open_verbs(char *libpath, int len)
 static int status_of(void *h)
 {
     fork_status_fn is_init = (fork_status_fn)dlsym(h, "ibv_is_fork_initialized");
-    if (!is_init)
-        return initialized_here ? RS_FORK_ENABLED : RS_FORK_DISABLED;
+    if (!is_init) {
+        int by_env = getenv("RDMAV_FORK_SAFE") || getenv("IBV_FORK_SAFE");
+        if (initialized_here || by_env || rs_dontfork_anywhere() != 0)
+            return RS_FORK_ENABLED;
+        return RS_FORK_DISABLED;
+    }
     switch (is_init()) {
     case IBV_FORK_ENABLED:
         return RS_FORK_ENABLED;
     case IBV_FORK_UNNEEDED:
-        return RS_FORK_UNNEEDED;
+        /* "Unneeded" only if nothing is marked; unknown counts as marked. */
+        return rs_verbs_marks(h) == 0 ? RS_FORK_UNNEEDED : RS_FORK_ENABLED;
     default:
         return RS_FORK_DISABLED;
     }

@@ -216,9 +216,10 @@ int rs_spawn_packed(const char *argv_blob, int argc,
 /* libibverbs fork support. */
 enum rs_fork_state {
     RS_FORK_UNAVAILABLE = 0,    /* no libibverbs in this process or on the system */
-    RS_FORK_DISABLED = 1,       /* ibv_fork_init() has not run */
-    RS_FORK_ENABLED = 2,        /* ibv_fork_init() has run */
-    RS_FORK_UNNEEDED = 3        /* the kernel copies pinned pages at fork */
+    RS_FORK_DISABLED = 1,       /* ibv_fork_init() has not run: nothing marked */
+    RS_FORK_ENABLED = 2,        /* registrations are marked MADV_DONTFORK */
+    RS_FORK_UNNEEDED = 3        /* the kernel copies pinned pages at fork and
+                                   the library marks nothing */
 };
 
 /* Both return an enum rs_fork_state and write the library's path into
@@ -228,5 +229,12 @@ int rs_fork_status(char *libpath, int libpath_len);
 int rs_fork_init(char *libpath, int libpath_len, int *err);
 
 /* cdef-end */
+
+/* forkprobe.c: 1 if the libibverbs of this dlopen handle marks a range
+ * MADV_DONTFORK now (fork protection on), 0 if not, -1 if it cannot tell. */
+int rs_verbs_marks(void *verbs);
+/* forkprobe.c: 1 if any mapping of this process other than device memory is
+ * MADV_DONTFORK, 0 if none, -1 if /proc/self/smaps cannot be read. */
+int rs_dontfork_anywhere(void);
 
 #endif

@@ -80,8 +80,12 @@ class ForkStatus(NamedTuple):
     """libibverbs fork protection: ``state`` and the library that was asked.
 
     state is one of "unavailable" (no libibverbs), "disabled" (ibv_fork_init
-    has not run), "enabled" (it has), "unneeded" (the kernel copies pinned
-    pages at fork, so there is nothing to protect).
+    has not run: nothing is marked), "enabled" (registrations are marked
+    MADV_DONTFORK), "unneeded" (the kernel copies pinned pages at fork and the
+    library marks nothing). The state says what the library does, not only
+    what ``ibv_is_fork_initialized()`` answers: rdma-core 35-50 answer
+    "unneeded" on a copy-on-fork kernel and still mark once fork protection
+    is on, and that is "enabled" here (see csrc/forkinit.c).
     """
 
     state: str

@@ -32,7 +32,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 SOURCES = [ROOT / "tests" / "c" / "engine_harness.c"] + [
-    CSRC / name for name in ("spawn.c", "child.c", "report.c", "forkinit.c", "setup.c")
+    CSRC / name for name in ("spawn.c", "child.c", "report.c", "forkinit.c", "forkprobe.c",
+                             "setup.c")
 ]
 CFLAGS = ["-std=gnu11", "-g", "-Wall", "-Wextra", "-Werror", "-DRS_MEASURE_STACK"]
 AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")

@@ -77,8 +77,10 @@ def classify(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
 
 def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
     """Anonymous memory outside the malloc heaps: bordering other memory, or on its own."""
+    # A neighbour with no access at all ("---p": a guard page, reserved
+    # address space) holds nothing that a fork() child could need.
     near = [x for x in ordered
-            if (x.end == m.start or x.start == m.end)
+            if (x.end == m.start or x.start == m.end) and not x.perms.startswith("---")
             and (x.anonymous or x.path == "[heap]" or thread_heap_base(x.start, ordered))]
     if near:
         what = ", ".join(x.path or f"anonymous 0x{x.start:x}" for x in near)
@@ -86,6 +88,10 @@ def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
                        f"anonymous memory bordering other anonymous memory ({what}): likely "
                        "split off a malloc'd block or memory next to Python's object arenas; "
                        "the rest of those pages is lost to a fork() child")
-    return Finding(m, "anon", "low",
-                   "an anonymous mapping of its own (a page-aligned buffer, e.g. mmap or "
-                   "posix_memalign): a fork() child crashes only if it touches this buffer")
+    # Nothing else lives on these pages, so fork() itself and a child that
+    # execs never touch them: the safe way to hold registered memory (checked
+    # on a real registration, tests/realdevice/test_rxe.py).
+    return Finding(m, "anon", "none",
+                   "an anonymous mapping of its own (a page-aligned, page-padded buffer, e.g. "
+                   "mmap): nothing else shares its pages, so fork() works; only a child that "
+                   "touches this buffer itself would crash")

@@ -17,8 +17,8 @@ def judge(r: Report) -> None:
     if not risky:
         r.verdict = "OK"
         if r.findings:
-            r.notes.append("only device mappings are MADV_DONTFORK; fork() children that exec "
-                           "right away are not affected")
+            r.notes.append("only device mappings and buffers on pages of their own are "
+                           "MADV_DONTFORK; fork() children that exec right away are not affected")
         return
     r.verdict = "HAZARD"
     worst = max(risky, key=lambda f: RISK_ORDER[f.risk])

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# CI lane: real RDMA.  A soft-RoCE device (rdma_rxe) in Debian's own kernels
+# under qemu-system-x86_64 (TCG: no /dev/kvm), real registrations on it, and
+# the rdma-core matrix (issue 19).
+#
+#   bash .ci/lanes/rxe.sh      with CI_REPO, CI_WORK, CI_PYENV (and CI_WHEELHOUSE)
+#
+# 1. At once: tests/realdevice/fetch.sh (the 6.1 and 5.10 kernels, busybox,
+#    libibverbs 33.2/44.0/56.1/65.0: apt-get download with private lists),
+#    and a venv per CPython (3.9 and 3.13: both fork paths of subprocess)
+#    with pytest, then the x86_64 wheel from CI_WHEELHOUSE (polled for;
+#    without CI_WHEELHOUSE a wheel built from a copy of CI_REPO).
+# 2. Two VMs at once (tests/realdevice/rxe_vm.sh), the host's / read-only
+#    over 9p, rxe0 over a dummy netdev in each, each running
+#    tests/realdevice/test_rxe.py and then the matrix (matrix.sh) for the
+#    four libibverbs: Linux 6.1 (reports copy-on-fork) with CPython 3.13,
+#    Linux 5.10 (predates it) with CPython 3.9.
+#    A VM is killed when its console has been silent for 120 s (progress,
+#    not a total, tells a hang from slowness).
+# 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
+#    which also checks docs/rdma-core-matrix.md against this run (the run's
+#    own table is kept as $CI_WORK/rdma-core-matrix.md).
+# The log ends with each pytest's closing line and "LANE: N passed, N failed";
+# the exit status is non-zero on any failure.
+#
+# Needs (beyond .ci/run's APT_PACKAGES): qemu-system-x86 (installed here when
+# missing); iproute2's rdma, cpio and the system's ibverbs-providers are used
+# in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
+# in CI_WORK, so a run downloads everything itself).
+set -uo pipefail
+exec </dev/null
+
+repo=${CI_REPO:?CI_REPO: the checkout}
+work=${CI_WORK:?CI_WORK: an empty scratch directory}
+pyenv=${CI_PYENV:-$HOME/.pyenv/versions}
+wheelhouse=${CI_WHEELHOUSE:-}
+cache=${RDMASPAWN_RXE_CACHE:-$work/cache}
+MINORS="3.13 3.9"
+WHEEL_WAIT=${RDMASPAWN_RXE_WHEEL_WAIT:-900}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
+work=$(cd "$work" && pwd)
+start=$SECONDS
+say() { printf '[rxe %4ds] %s\n' "$((SECONDS - start))" "$*"; }
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+trap "exit 143" TERM INT HUP
+
+if ! command -v qemu-system-x86_64 >/dev/null; then
+  say "installing qemu-system-x86"
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    qemu-system-x86 >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; exit 1; }
+fi
+
+say "fetching kernels, busybox and four libibverbs into $cache"
+bash "$repo/tests/realdevice/fetch.sh" "$cache" >"$work/fetch.log" 2>&1 &
+fetch_pid=$!; pids+=("$fetch_pid")
+
+newest() { ls -d "$pyenv/$1".* 2>/dev/null | sort -V | tail -n 1; }
+# The venvs with pytest and cffi at once, while the wheel is still on its way.
+for m in $MINORS; do
+  base=$(newest "$m")
+  [ -n "$base" ] || { say "no CPython $m under $pyenv"; exit 1; }
+  (
+    "$base/bin/python" -m venv "$work/venv-$m" &&
+    "$work/venv-$m/bin/python" -m pip install -q pytest "cffi>=1.15"
+  ) >"$work/venv-$m.log" 2>&1 &
+  pids+=($!)
+done
+
+# The wheel: CI's own x86_64 one, or one built here from a copy of the repo.
+wheel=""
+if [ -n "$wheelhouse" ]; then
+  say "waiting for the x86_64 wheel in $wheelhouse"
+  waited=0
+  while :; do
+    wheel=$(ls "$wheelhouse"/rdmaspawn-*-manylinux_2_28_x86_64.whl 2>/dev/null | head -n 1)
+    [ -n "$wheel" ] && break
+    [ "$waited" -ge "$WHEEL_WAIT" ] && { say "no wheel after ${WHEEL_WAIT}s"; exit 1; }
+    [ $((waited % 60)) -eq 0 ] && say "still waiting for the wheel (${waited}s)"
+    sleep 5; waited=$((waited + 5))
+  done
+else
+  say "building a wheel from a copy of $repo"
+  mkdir -p "$work/src" "$work/wheel"
+  (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
+     xargs -0 cp --parents -t "$work/src" 2>/dev/null)
+  "$(newest 3.13)/bin/python" -m pip wheel -q --no-deps -w "$work/wheel" "$work/src" \
+    >"$work/wheel.log" 2>&1 || { cat "$work/wheel.log"; exit 1; }
+  wheel=$(ls "$work"/wheel/rdmaspawn-*.whl | head -n 1)
+fi
+say "wheel: $(basename "$wheel")"
+fail_setup=0
+for p in "${pids[@]}"; do wait "$p" || fail_setup=1; done
+pids=()
+for m in $MINORS; do
+  "$work/venv-$m/bin/python" -m pip install -q --no-deps "$wheel" >>"$work/venv-$m.log" 2>&1 ||
+    fail_setup=1
+done
+if [ $fail_setup -ne 0 ]; then
+  cat "$work/fetch.log" "$work"/venv-*.log; say "setup failed"; exit 1
+fi
+say "fetched: $(tr '\n' ' ' <"$work/fetch.log")"
+mkdir -p "$work/tests"
+cp -r "$repo/tests/realdevice" "$work/tests/"
+
+# One job directory per VM (read-write in it); binds: what the VM sees of the host.
+for k in 6.1 5.10; do
+  mkdir -p "$work/vm-$k"
+  printf '%s\n' /usr /etc "$pyenv" "$work" "$(cd "$cache" && pwd)" >"$work/vm-$k/binds"
+done
+tests="$work/tests/realdevice"
+# job KERNEL MINOR: the VM's job: test_rxe.py on CPython MINOR, then the matrix.
+job() {
+  cat <<JOB
+set -o pipefail
+export PYTHONDONTWRITEBYTECODE=1 RDMASPAWN_REQUIRE_RXE=1
+rdma link add rxe0 type rxe netdev d0 || { echo "rxe-lane: no rxe0"; exit 3; }
+echo "rxe-lane: \$(rdma link show rxe0/1)"
+cd "$work/tests"
+rc=0
+# The matrix beside the tests, in a mount namespace of
+# its own where an empty /etc/libibverbs.d leaves only the matrix's provider
+# (RDMAV_DRIVERS), not also the machine's librxe of its own rdma-core.
+unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"' \\
+  "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" &
+matrix=\$!
+mkdir -p "$work/vm-$1/out"
+RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
+  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
+  tee "$work/vm-$1/pytest.log" || rc=1
+wait \$matrix || rc=1
+exit \$rc
+JOB
+}
+# Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
+# in subprocess) on 5.10; both VMs run the matrix.
+job 6.1 3.13 >"$work/vm-6.1/job.sh"
+job 5.10 3.9 >"$work/vm-5.10/job.sh"
+
+say "booting Linux 6.1 and 5.10 (each: test_rxe.py, then the matrix)"
+# Each VM's script in the background with its own pid (a process
+# substitution labels its lines), so that cleanup can stop it, and its qemu.
+declare -A vm_rc vm_pid
+for k in 6.1 5.10; do
+  suite=bookworm; [ "$k" = 5.10 ] && suite=bullseye
+  bash "$tests/rxe_vm.sh" "$cache" "$suite" "$work/vm-$k" > >(sed -u "s/^/[$k] /") 2>&1 &
+  vm_pid[$k]=$!; pids+=("${vm_pid[$k]}")
+done
+for k in 6.1 5.10; do wait "${vm_pid[$k]}"; vm_rc[$k]=$?; done
+pids=()
+say "VMs done: 6.1 exit ${vm_rc[6.1]}, 5.10 exit ${vm_rc[5.10]}"
+
+say "the matrix: tests/realdevice/test_matrix.py"
+"$work/venv-3.13/bin/python" "$tests/matrix_table.py" "$work"/vm-*/matrix.jsonl \
+  >"$work/rdma-core-matrix.md" 2>"$work/table.log" || cat "$work/table.log"
+(cd "$work/tests" && RDMASPAWN_REQUIRE_RXE=1 \
+   RDMASPAWN_RXE_MATRIX="$work/vm-6.1/matrix.jsonl:$work/vm-5.10/matrix.jsonl" \
+   RDMASPAWN_RXE_DOC="$repo/docs/rdma-core-matrix.md" \
+   "$work/venv-3.13/bin/python" -m pytest -p no:cacheprovider -q realdevice/test_matrix.py \
+   >"$work/matrix-pytest.log" 2>&1)
+matrix_rc=$?
+if [ $matrix_rc -ne 0 ]; then
+  cat "$work/matrix-pytest.log"
+  diff -u "$repo/docs/rdma-core-matrix.md" "$work/rdma-core-matrix.md" | head -n 80
+fi
+
+# The summary: each pytest's closing line, then the lane's own.
+passed=0 failed=0
+count() {  # count NAME LOG: print LOG's closing line, add up its counts
+  local last
+  last=$(grep -E '^(\[[0-9.]+\] )?=*.*(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$2" |
+         tail -n 1 | sed 's/^\[[0-9.]*\] //')
+  if [ -z "$last" ]; then echo "$1: no pytest result"; failed=$((failed + 1)); return; fi
+  echo "$1: $last"
+  local p f e
+  p=$(grep -oE '[0-9]+ passed' <<<"$last" | grep -oE '[0-9]+' || echo 0)
+  f=$(grep -oE '[0-9]+ failed' <<<"$last" | grep -oE '[0-9]+' || echo 0)
+  e=$(grep -oE '[0-9]+ errors?' <<<"$last" | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + p)); failed=$((failed + f + e))
+}
+echo
+count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
+count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
+count "test_matrix.py (6.1 and 5.10)" "$work/matrix-pytest.log"
+status=0
+for k in 6.1 5.10; do
+  if [ "${vm_rc[$k]}" -ne 0 ]; then echo "VM $k: exit ${vm_rc[$k]}"; status=1; fi
+done
+[ $failed -eq 0 ] && [ $matrix_rc -eq 0 ] || status=1
+say "done"
+echo "LANE: $passed passed, $failed failed"
+exit $status

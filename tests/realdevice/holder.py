@@ -1,0 +1,136 @@
+"""A process that holds a real registration on rxe0 and starts children every way.
+
+    python holder.py KIND MODE [--hold]
+
+KIND: ``malloc``, ``bytearray`` or ``page`` (see ``verbs.py``).  MODE:
+``stock`` runs CPython's own ways (the control), ``rdmaspawn`` runs
+rdmaspawn.Popen and subprocess under patch(), ``stock+rdmaspawn`` both,
+``all`` the stock ways and rdmaspawn.Popen (for a process started under
+``rdmaspawn run``, where the stock ways are patched).
+Prints one JSON line: the registration, whether its page is ``dc`` in smaps,
+``ibv_is_fork_initialized()``, ``rdmaspawn.fork_status()``, and each way's
+outcome ("exit 0", "signal 11", "raised ForkHazardError", ...).  With
+``--hold`` it then prints ``holding`` and waits for stdin to close, so that
+the doctor can inspect it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import verbs  # noqa: E402
+
+import rdmaspawn  # noqa: E402
+from rdmaspawn._procfs import is_dontfork  # noqa: E402
+
+TRUE = ["/bin/true"]
+
+
+def _status(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"exit {code}"
+
+
+def os_fork() -> str:
+    pid = os.fork()
+    if pid == 0:
+        os.execv(TRUE[0], TRUE)
+    _, status = os.waitpid(pid, 0)
+    return _status(os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode")
+                   else (-(status & 0x7F) if status & 0x7F else status >> 8))
+
+
+def subprocess_plain() -> str:
+    return _status(subprocess.run(TRUE).returncode)
+
+
+def subprocess_preexec() -> str:
+    return _status(subprocess.run(TRUE, preexec_fn=lambda: None).returncode)
+
+
+def subprocess_user() -> str:
+    return _status(subprocess.run(TRUE, user=os.getuid()).returncode)
+
+
+def _noop() -> None:
+    pass
+
+
+def mp_default() -> str:
+    p = multiprocessing.Process(target=_noop)
+    p.start()
+    p.join()
+    return _status(p.exitcode if p.exitcode is not None else 255)
+
+
+def rdmaspawn_popen() -> str:
+    return _status(rdmaspawn.Popen(TRUE).wait())
+
+
+def _patched(way: Callable[[], str]) -> Callable[[], str]:
+    def run() -> str:
+        rdmaspawn.patch()
+        try:
+            return way()
+        finally:
+            rdmaspawn.unpatch()
+    return run
+
+
+STOCK: dict[str, Callable[[], str]] = {
+    "os.fork+exec": os_fork,
+    "subprocess": subprocess_plain,
+    "subprocess preexec_fn": subprocess_preexec,
+    "subprocess user=": subprocess_user,
+    "multiprocessing default": mp_default,
+}
+RDMASPAWN: dict[str, Callable[[], str]] = {
+    "rdmaspawn.Popen": rdmaspawn_popen,
+    "patch() subprocess": _patched(subprocess_plain),
+    "patch() subprocess preexec_fn": _patched(subprocess_preexec),
+    "patch() subprocess user=": _patched(subprocess_user),
+}
+MODES = {
+    "stock": STOCK,
+    "rdmaspawn": RDMASPAWN,
+    "stock+rdmaspawn": {**STOCK, **RDMASPAWN},
+    # Under `rdmaspawn run` the stock ways are the patched ones.
+    "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
+}
+
+
+def outcome(way: Callable[[], str]) -> str:
+    try:
+        return way()
+    except Exception as e:  # the outcome to record, whatever it is
+        return f"raised {type(e).__name__}: {e}"
+
+
+def main() -> int:
+    kind, mode = sys.argv[1], sys.argv[2]
+    device = verbs.Device()
+    address = device.register_kind(kind)
+    report = {
+        "kind": kind,
+        "mode": mode,
+        "device": device.name,
+        "address": f"0x{address:x}",
+        "dc": is_dontfork(address),
+        "ibv_is_fork_initialized": device.fork_state(),
+        "fork_status": rdmaspawn.fork_status().state,
+        "ways": {name: outcome(way) for name, way in MODES[mode].items()},
+    }
+    print(json.dumps(report), flush=True)
+    if "--hold" in sys.argv:
+        print("holding", flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

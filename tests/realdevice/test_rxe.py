@@ -1,0 +1,168 @@
+"""Real registrations on a soft-RoCE device (rxe0): every spawn way, fork_status(), doctor.
+
+Runs inside the VM of .ci/lanes/rxe.sh (tests/realdevice/rxe_vm.sh boots it);
+elsewhere it skips, except under RDMASPAWN_REQUIRE_RXE=1 (the lane sets it),
+where a missing device fails.  Each registration is held by a throwaway
+process (holder.py) with RDMAV_FORK_SAFE=1, so that libibverbs marks it
+MADV_DONTFORK as a job with fork protection on does.  The stock CPython ways
+are the control: their outcome is recorded (RDMASPAWN_RXE_OUT, and in the
+test's output), not assumed, except for the lone page, where nothing else
+lives and fork() has to work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rdmaspawn.tools.doctor.cli import main as doctor_cli
+
+HERE = Path(__file__).resolve().parent
+HOLDER = str(HERE / "holder.py")
+KINDS = ("malloc", "bytearray", "page")
+MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
+# What an rdmaspawn way may do instead of starting the child: refuse, in words.
+REFUSALS = ("raised PreexecFnError", "raised ForkHazardError")
+
+
+def _have_device() -> bool:
+    return os.path.exists("/dev/infiniband/uverbs0") and bool(
+        os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else [])
+
+
+if not _have_device():
+    if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1":
+        pytest.fail("RDMASPAWN_REQUIRE_RXE=1 but there is no RDMA device "
+                    "(/dev/infiniband/uverbs0, /sys/class/infiniband)", pytrace=False)
+    pytest.skip("no RDMA device: runs in the soft-RoCE VM (.ci/lanes/rxe.sh)",
+                allow_module_level=True)
+
+
+def _record(name: str, data: dict) -> None:
+    print(json.dumps({name: data}))
+    out = os.environ.get("RDMASPAWN_RXE_OUT")
+    if out:
+        tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
+        with open(os.path.join(out, f"{tag}-{name}.json"), "w") as f:
+            json.dump(data, f, indent=1)
+
+
+class Holder:
+    """holder.py holding a registration of one kind, after running the ways of ``mode``."""
+
+    def __init__(self, kind: str, mode: str, prefix: tuple[str, ...] = ()) -> None:
+        self.proc = subprocess.Popen(
+            [*prefix, sys.executable, HOLDER, kind, mode, "--hold"], env=MARKING,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"holder {kind} {mode} died: exit {self.proc.wait()}"
+        self.report = json.loads(line)
+        assert self.proc.stdout.readline() == "holding\n"
+        self.pid = self.proc.pid
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait() == 0
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def held(request):
+    """A holder per kind that ran the stock and the rdmaspawn ways, then holds on."""
+    h = Holder(request.param, "stock+rdmaspawn")
+    yield h
+    h.close()
+
+
+def test_registration_is_marked(held):
+    """The registration is real and fork protection marks its page ``dc``."""
+    r = held.report
+    assert r["device"] == "rxe0"
+    assert r["dc"] is True, r
+
+
+def test_fork_status_is_not_no_hazard_while_marked(held):
+    """fork_status() never says 'unneeded' or 'disabled' while the page is marked
+    (rdma-core 44 on Linux 6.1 answers IBV_FORK_UNNEEDED here)."""
+    r = held.report
+    assert r["fork_status"] == "enabled", r
+
+
+def test_stock_ways_control(held):
+    """The control: CPython's own ways, recorded; on the lone page fork() works."""
+    r = held.report
+    _record(f"stock-{r['kind']}", r)
+    stock = {k: v for k, v in r["ways"].items() if not k.startswith(("rdmaspawn", "patch()"))}
+    assert len(stock) == 5
+    if r["kind"] == "page":
+        assert set(stock.values()) == {"exit 0"}, stock
+
+
+def test_rdmaspawn_ways(held):
+    """rdmaspawn.Popen and subprocess under patch(): the child runs, or a
+    preexec_fn (which needs fork) is refused in words; never a crash."""
+    ways = {k: v for k, v in held.report["ways"].items() if k.startswith(("rdmaspawn", "patch()"))}
+    assert len(ways) == 4
+    for way, result in ways.items():
+        if way.endswith("preexec_fn"):
+            assert result.startswith(("exit 0",) + REFUSALS), (way, result)
+        else:
+            assert result == "exit 0", (way, result)
+
+
+def _doctor(*args: str) -> tuple[str, int]:
+    """``rdmaspawn doctor ARGS --json``: its output and exit status.  Its CLI
+    runs in this process, since starting an interpreter costs seconds in the VM."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = doctor_cli([*args, "--json"])
+    return out.getvalue(), code
+
+
+def test_doctor_pid(held):
+    """doctor --pid on the real holder: HAZARD where malloc's arena or Python's
+    objects share the page, OK for the lone page; the uverbs mappings
+    (doorbells, /dev/infiniband/uverbs0) never count."""
+    stdout, code = _doctor("--pid", str(held.pid))
+    report = json.loads(stdout)
+    kind = held.report["kind"]
+    _record(f"doctor-{kind}", {"verdict": report["verdict"], "findings": report["findings"]})
+    with open(f"/proc/{held.pid}/maps") as f:
+        assert "/dev/infiniband/uverbs" in f.read()  # the completion queue's ring
+    device = [f for f in report["findings"] if "infiniband" in (f["path"] or "")]
+    assert all(f["risk"] == "none" for f in device), device
+    assert report["verdict"] == ("OK" if kind == "page" else "HAZARD"), report["findings"]
+    assert code == (0 if kind == "page" else 1)
+
+
+def test_doctor_all(held):
+    """doctor --all names the holder, hazardous unless it holds the lone page."""
+    stdout, code = _doctor("--all")
+    lines = [json.loads(x) for x in stdout.splitlines()]
+    mine = [x for x in lines if x.get("type") == "process" and x["pid"] == held.pid]
+    assert len(mine) == 1, lines
+    assert mine[0]["hazardous"] is (held.report["kind"] != "page"), mine[0]
+    if held.report["kind"] != "page":
+        assert code == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rdmaspawn_run_child(kind):
+    """A Python started under `rdmaspawn run` registers memory, then uses every
+    way (multiprocessing's default included): none crashes."""
+    h = Holder(kind, "all", prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
+    h.close()
+    r = h.report
+    _record(f"run-{kind}", r)
+    assert r["dc"] is True
+    assert len(r["ways"]) == 6
+    for way, result in r["ways"].items():
+        assert result == "exit 0" or result.startswith(REFUSALS), (way, result)
