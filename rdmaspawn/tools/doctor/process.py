@@ -84,6 +84,17 @@ def _engine_facts() -> dict[str, Any]:
                 "fork_error": f"{type(e).__name__}: {e}"}
 
 
+def _clone_path() -> tuple[str | None, str]:
+    """The system call this process's engine starts children with, and why."""
+    try:
+        from rdmaspawn import _engine
+
+        path = _engine.clone_path()
+        return path.method, path.reason
+    except Exception as e:  # engine not built: say so, do not fail
+        return None, f"cannot ask the engine ({type(e).__name__}: {e})"
+
+
 def _self_facts() -> dict[str, Any]:
     facts = _engine_facts()
     try:
@@ -104,6 +115,7 @@ def _self_facts() -> dict[str, Any]:
     except AttributeError:
         facts["mp_default"] = None
     facts["use_vfork"] = _cpython.use_vfork_flag()
+    facts["clone_path"], facts["clone_path_note"] = _clone_path()
     return facts
 
 
@@ -154,6 +166,7 @@ def doctor(pid: int | None = None) -> Report:
                              f"were ({facts.get('fork_library')}): {fork_note}")
         default, preexec = _subprocess_paths(version, facts["use_vfork"])
         patched, guarded = facts["patched"], facts["guarded"]
+        clone_path, clone_note = facts["clone_path"], facts["clone_path_note"]
         mp_method, mp_default = facts["mp_start_method"], facts["mp_default"]
         if patched:
             default = "rdmaspawn engine (CLONE_VM|CLONE_VFORK, safe): rdmaspawn.patch() is in force"
@@ -164,7 +177,8 @@ def doctor(pid: int | None = None) -> Report:
             default, preexec = _subprocess_paths((int(m.group(1)), int(m.group(2))))
         else:
             default = preexec = "unknown (not a recognisable Python executable)"
-        patched = guarded = mp_method = mp_default = fork_status = None
+        patched = guarded = mp_method = mp_default = fork_status = clone_path = None
+        clone_note = "only the process itself can ask its engine"
         fork_note = _outside_fork_note(loaded_verbs, env, findings)
 
     cof, netlink_note = rdma_netlink_copy_on_fork()
@@ -187,7 +201,8 @@ def doctor(pid: int | None = None) -> Report:
         kernel_copies_pinned_pages=verbs.kernel_copies, rdma_netlink=netlink_note,
         python=python, subprocess_default=default, subprocess_preexec=preexec,
         engine_loaded="rdmaspawn engine" in libs, patched=patched, guarded=guarded,
-        mp_start_method=mp_method, mp_default_start_method=mp_default, notes=notes,
+        mp_start_method=mp_method, mp_default_start_method=mp_default,
+        clone_path=clone_path, clone_path_note=clone_note, notes=notes,
     )
     judge(report)
     return report
