@@ -15,6 +15,7 @@ from .._child import pack
 from .._child.model import ChildSetup
 from .._rdmaspawn_cffi import ffi, lib
 from . import capi as _capi
+from . import clonepath as _clonepath
 from .request import (
     CLOSE_FDS,
     FORCE_CLONE,
@@ -28,6 +29,9 @@ from .request import (
 if TYPE_CHECKING:
     from .._rdmaspawn_cffi import CData  # the stub's name for a cffi value
 
+# RDMASPAWN_CLONE=clone: every spawn of this process through glibc clone().
+_clonepath.apply_variable(os.environ)
+
 __all__ = [
     "SpawnError",
     "ForkInitError",
@@ -38,6 +42,7 @@ __all__ = [
     "environ_snapshot",
     "fork_init",
     "fork_status",
+    "clone_path",
 ]
 
 _CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
@@ -306,6 +311,21 @@ def spawn_count() -> int:
     """How many spawns this process has asked the engine for, by any path
     (the C fork_exec, spawn_request, ...): what tests count routing with."""
     return int(lib.rs_spawn_count())
+
+
+def clone_path() -> _clonepath.ClonePath:
+    """Which system call starts this process's children (clone3 or clone), and why.
+
+    Where no spawn has asked the kernel yet, one child is cloned to find out:
+    it execs "/", which fails (EACCES), so no program runs.
+    """
+    if _clonepath.clone_path().method == "untried":
+        try:
+            pid, _ = spawn([b"/"], [b"/"])
+            os.waitpid(pid, 0)  # pragma: no cover - execve("/") cannot succeed
+        except SpawnError:
+            pass
+    return _clonepath.clone_path()
 
 
 def _status(call: str) -> tuple[int, str | None, int]:
