@@ -30,7 +30,9 @@ run_version() {
   (cd "$src" && "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]') \
     || return 1
 
-  eval "set -- $SID_PYTEST_ARGS"
+  # SID_PYTEST_ARGS_3_14 and so on: one version's own selection.
+  local own=SID_PYTEST_ARGS_${v//./_}
+  eval "set -- ${!own:-$SID_PYTEST_ARGS}"
   say "$v: python -m pytest $* --durations=30"
   t0=$(date +%s)
   (cd "$src" && RDMASPAWN_REQUIRE_VERBS=1 "$venv/bin/python" -m pytest "$@" --durations=30 \

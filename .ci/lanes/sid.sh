@@ -28,7 +28,8 @@
 # A hang is told from slowness by output: a run that prints nothing for
 # SID_QUIET_LIMIT seconds (default 600) is killed. The exit status is
 # non-zero if anything failed. Environment: CI_REPO, CI_WORK (required),
-# CI_WHEELHOUSE, SID_PYTEST_ARGS, SID_CONFORMANCE_ARGS (the conformance
+# CI_WHEELHOUSE, SID_PYTEST_ARGS (SID_PYTEST_ARGS_3_14 and so on, where set,
+# for one version), SID_CONFORMANCE_ARGS (the conformance
 # runner's options and patterns; default: every test), SID_VERSIONS (default "3.14 3.15"),
 # SID_QUIET_LIMIT, SID_MIRROR (default http://deb.debian.org/debian). Each run's log is
 # left in CI_WORK/out (V.suite.log, V.conformance.log, V.times).
@@ -159,6 +160,13 @@ if [ -n "${CI_WHEELHOUSE:-}" ]; then
   fi
 fi
 
+# Per-version selections (SID_PYTEST_ARGS_3_14 for 3.14, ...) go in too.
+per_version=""
+for v in $versions; do
+  name=SID_PYTEST_ARGS_${v//./_}
+  [ -z "${!name:-}" ] || per_version+=" $name=\"\$$name\""
+  export "${name?}"
+done
 # In a private mount namespace: nothing mounted here outlives it.
 cat >"$CI_WORK/enter.sh" <<EOF
 set -e
@@ -172,7 +180,7 @@ mount -t tmpfs tmpfs '$root/tmp'
 exec chroot '$root' /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \\
   LANG=C.UTF-8 PIP_CERT=/lane/ca.crt SSL_CERT_FILE=/lane/ca.crt \\
   SID_PYTEST_ARGS="\$SID_PYTEST_ARGS" SID_CONFORMANCE_ARGS="\${SID_CONFORMANCE_ARGS:-}" \\
-  $wheel_env \\
+  $per_version $wheel_env \\
   /usr/bin/python${versions%% *} /lane/sid-reset-signals.py /bin/bash /lane/sid-inside.sh $versions
 EOF
 say "inside the chroot (unshare -m): $versions"
