@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.child import last_json
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILERS = ("cc", "gcc", "clang", "zig", "tcc")
@@ -117,7 +118,7 @@ def test_wheel_works_without_a_compiler(wheel, tmp_path):
     _run([f"{bindir}/python", "-m", "pip", "install", "-q", "--only-binary", ":all:",
           "--disable-pip-version-check", str(wheel)], env, cwd)
     res = _run([f"{bindir}/python", "-c", SMOKE], env, cwd, timeout=120)
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = last_json(res)
     site = str(venv / "lib")
     assert out["module"].startswith(site) and out["core"].startswith(site), out
     assert out["core"].endswith(".abi3.so"), out
