@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from verbs import have_device
 
 from rdmaspawn.tools.doctor.cli import main as doctor_cli
 
@@ -32,12 +33,7 @@ MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
 REFUSALS = ("raised PreexecFnError", "raised ForkHazardError")
 
 
-def _have_device() -> bool:
-    return os.path.exists("/dev/infiniband/uverbs0") and bool(
-        os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else [])
-
-
-if not _have_device():
+if not have_device():
     if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1":
         pytest.fail("RDMASPAWN_REQUIRE_RXE=1 but there is no RDMA device "
                     "(/dev/infiniband/uverbs0, /sys/class/infiniband)", pytrace=False)
