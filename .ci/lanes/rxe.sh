@@ -144,7 +144,8 @@ RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
   tee "$work/vm-$1/pytest.log" || rc=1
 JOB
   [ "${3:-}" = pyverbs ] && cat <<JOB
-RDMASPAWN_REQUIRE_PYVERBS=1 "$work/venv-pyverbs/bin/python" -m pytest \\
+RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
+  "$work/venv-pyverbs/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic realdevice/test_pyverbs_rxe.py 2>&1 |
   tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
 JOB

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from record import record
 from verbs import have_device
 
 from rdmaspawn.tools.doctor.cli import main as doctor_cli
@@ -61,7 +62,7 @@ def held(request):
     line = proc.stdout.readline()
     assert line, f"pyverbs holder {request.param} died: exit {proc.wait()}"
     report = json.loads(line)
-    print(json.dumps({f"pyverbs-{request.param}": report}))  # the record, in the lane's log
+    record(f"pyverbs-{request.param}", report)  # the control's outcome among the rest
     assert proc.stdout.readline() == "holding\n"
     yield proc.pid, report
     proc.stdin.close()
@@ -86,7 +87,8 @@ def test_fork_status_is_not_no_hazard(held):
 
 def test_stock_ways_control(held):
     """The control: os.fork() + exec and subprocess with preexec_fn, recorded
-    (printed by the fixture); here only that both ran."""
+    by the fixture (RDMASPAWN_RXE_OUT/py311-pyverbs-KIND.json); here only that
+    both ran to an outcome."""
     _, r = held
     assert {"os.fork+exec", "subprocess preexec_fn"} <= set(r["ways"]), r
 
