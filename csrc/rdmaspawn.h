@@ -162,6 +162,22 @@ int rs_spawn(const struct rs_request *req, struct rs_result *res);
  * a caller took into the engine, this counts it (tests check the routing). */
 unsigned long rs_spawn_count(void);
 
+/* Which way this process's spawns start their children (rs_clone_path()). */
+enum rs_clone_path {
+    RS_PATH_UNTRIED = 0,        /* no spawn yet: clone3() will be tried first */
+    RS_PATH_CLONE3 = 1,         /* clone3() with CLONE_CLEAR_SIGHAND worked */
+    RS_PATH_CLONE_REFUSED = 2,  /* glibc clone(): clone3() answered ENOSYS/EINVAL/EPERM */
+    RS_PATH_CLONE_FORCED = 3    /* glibc clone(): rs_force_clone_fallback() was called */
+};
+int rs_clone_path(void);
+
+/* From now on every spawn of this process starts its child with glibc
+ * clone(), as where the kernel refuses clone3(): the Python binding calls it
+ * when RDMASPAWN_CLONE=clone, so that tests and CI run the fallback on
+ * kernels that have clone3(). There is no way back (spawning threads may
+ * already be on the fallback). */
+void rs_force_clone_fallback(void);
+
 /* A short name for a step: "dup2", "chdir", "execve", ... */
 const char *rs_step_name(int step);
 

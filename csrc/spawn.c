@@ -16,7 +16,9 @@
  *                            the handlers, and the entry needs no libc.
  *     glibc clone()          clone3() answered ENOSYS/EINVAL/EPERM once (Linux
  *                            < 5.5, seccomp, valgrind, qemu-user), or
- *                            force_clone; the child resets handlers itself.
+ *                            force_clone, or rs_force_clone_fallback() (the
+ *                            binding: RDMASPAWN_CLONE=clone); the child
+ *                            resets handlers itself.
  *   how the child's verdict comes back (always both; no pipe, no probe)
  *     its rs_child.report    on every real kernel: CLONE_VM, so the parent
  *                            reads what the child wrote, and CLONE_VFORK, so
@@ -93,9 +95,25 @@ long rs_clone3_entry(struct rs_clone_args *args, size_t size,
     __attribute__((visibility("hidden")));
 
 /* 1: clone3() with CLONE_CLEAR_SIGHAND works; -1: it does not (old kernel,
- * or a seccomp filter that answers ENOSYS); 0: not tried yet. Every thread
- * may race to find out; they all reach the same answer. */
+ * or a seccomp filter that answers ENOSYS); -2: not to be used
+ * (rs_force_clone_fallback()); 0: not tried yet. Every thread may race to
+ * find out; they all reach the same answer. */
 static int clone3_state;
+
+void rs_force_clone_fallback(void)
+{
+    __atomic_store_n(&clone3_state, -2, __ATOMIC_RELAXED);
+}
+
+int rs_clone_path(void)
+{
+    switch (__atomic_load_n(&clone3_state, __ATOMIC_RELAXED)) {
+    case 1: return RS_PATH_CLONE3;
+    case -1: return RS_PATH_CLONE_REFUSED;
+    case -2: return RS_PATH_CLONE_FORCED;
+    default: return RS_PATH_UNTRIED;
+    }
+}
 
 static const char *const step_names[] = {
     [RS_STEP_NONE] = "none",
@@ -194,12 +212,15 @@ static long start_child(struct rs_child *c, char *stack, size_t size,
         long pid = clone_with_clone3(c, stack, size, r->want_pidfd, pidfd);
         if (pid != -ENOSYS && pid != -EINVAL && pid != -EPERM) {
             if (state == 0 && pid > 0)
-                __atomic_store_n(&clone3_state, 1, __ATOMIC_RELAXED);
+                __atomic_compare_exchange_n(&clone3_state, &state, 1, 0,
+                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED);
             *method = RS_CLONE_CLONE3;
             return pid;
         }
-        /* No clone3(), or none with CLONE_CLEAR_SIGHAND (Linux < 5.5). */
-        __atomic_store_n(&clone3_state, -1, __ATOMIC_RELAXED);
+        /* No clone3(), or none with CLONE_CLEAR_SIGHAND (Linux < 5.5); a
+         * compare-exchange, so that a forced fallback stays forced. */
+        __atomic_compare_exchange_n(&clone3_state, &state, -1, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     }
     *method = RS_CLONE_CLONE;
     return clone_with_glibc(c, stack, size, r->want_pidfd, pidfd);

@@ -9,7 +9,9 @@ themselves. The facts come from each version's ``Lib/subprocess.py``
 A CPython that is not in the table, or whose ``_execute_child`` no longer
 calls ``fork_exec`` with the arguments the table says, is refused by
 :func:`require` with an error naming the version: routing 22 arguments by
-the positions of 23 would start the wrong child, silently.
+the positions of 23 would start the wrong child, silently. The refusal says
+what to do: upgrade rdmaspawn, or use ``rdmaspawn.spawn()``, which does not
+depend on these internals.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import dis
 import operator
 import subprocess
 import sys
+import sysconfig
 from typing import Any, Callable, NamedTuple
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "fork_exec_forks",
     "require",
     "unpack_fork_exec",
+    "use_vfork_flag",
 ]
 
 
@@ -39,8 +43,9 @@ class UnsupportedPython(RuntimeError):
 class ForkExecCall(NamedTuple):
     """The arguments of one ``fork_exec`` call, by name, on every version.
 
-    Versions without ``pgid_to_set`` and ``allow_vfork`` (3.9, 3.10) get
-    their neutral values (-1, True).
+    A field that this version's ``fork_exec`` does not take gets its
+    neutral value: ``pgid_to_set`` (not on 3.9, 3.10) -1, ``allow_vfork``
+    (not on 3.9, 3.10, 3.14+) True.
     """
 
     args: Any
@@ -73,6 +78,8 @@ _NEUTRAL = {"pgid_to_set": -1, "allow_vfork": True}
 # fork_exec's parameters, in order (Modules/_posixsubprocess.c).
 _PARAMS_21 = tuple(f for f in ForkExecCall._fields if f not in _NEUTRAL)
 _PARAMS_23 = ForkExecCall._fields
+# 3.14 dropped allow_vfork (and subprocess._USE_VFORK with it).
+_PARAMS_22 = _PARAMS_23[:-1]
 
 # The names _execute_child loads to make the call, in order, as its bytecode
 # shows them: the check that this CPython calls fork_exec as we think.
@@ -85,6 +92,7 @@ _CALLER_21 = (
 _CALLER_23 = (
     _CALLER_21[:20] + ("process_group",) + _CALLER_21[20:] + ("_USE_VFORK",)
 )
+_CALLER_22 = _CALLER_23[:-1]
 
 
 class Internals(NamedTuple):
@@ -111,6 +119,12 @@ class Internals(NamedTuple):
     #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
     #: always gets "posix_spawn: embedded null character in path").
     posix_spawn_str_nul: str
+    #: fork_exec's TypeError for a wrong argument count, formatted with
+    #: ``wanted`` and ``given``: PyArg_ParseTuple's wording (3.9-3.11), or
+    #: Argument Clinic's _PyArg_CheckPositional (3.12+).
+    wrong_count: str
+    #: multiprocessing's default start method on Linux ("forkserver" from 3.14).
+    mp_default: str
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
@@ -119,25 +133,32 @@ _V39 = Internals(
     params=_PARAMS_21, caller=_CALLER_21, home=("_posixsubprocess", "fork_exec"),
     chdir_tag=b"noexec", int_parser="format_i", too_many_groups="too many groups",
     can_vfork=False, posix_spawn_environ=True, posix_spawn_str_nul="embedded null byte",
+    wrong_count="fork_exec() takes exactly {wanted} arguments ({given} given)",
+    mp_default="fork",
 )
 _V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, home=("subprocess", "_fork_exec"),
                       can_vfork=True)
+_CLINIC_COUNT = "fork_exec expected {wanted} arguments, got {given}"
 _V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
                        too_many_groups="too many extra_groups", posix_spawn_environ=False,
-                       posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL)
+                       posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL, wrong_count=_CLINIC_COUNT)
+# 3.14: fork_exec lost allow_vfork (22 arguments), subprocess lost _USE_VFORK;
+# multiprocessing defaults to forkserver.
+_V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
 
-#: Keyed by sys.version_info[:2]. 3.9-3.13 read from each version's sources
-#: and checked by running them. 3.14 is taken to be 3.13's (23 arguments,
-#: "noexec:chdir", clinic parsers: CPython's main-branch
-#: Modules/_posixsubprocess.c has 3.13's clinic signature) but has not run
-#: here: require() checks its call at run time and refuses it if it differs.
+#: Keyed by sys.version_info[:2]. Every entry was read from that version's
+#: sources and checked by running it (3.14 and 3.15: Debian's python3.14
+#: 3.14.10 and python3.15 3.15.2, in .ci/lanes/sid.sh). require() also checks
+#: each call at run time and refuses a CPython whose call differs.
 TABLE: dict[tuple[int, int], Internals] = {
     (3, 9): _V39,
     (3, 10): _V39._replace(can_vfork=True),
     (3, 11): _V311,
-    (3, 12): _V311._replace(int_parser="clinic", too_many_groups="too many extra_groups"),
+    (3, 12): _V311._replace(int_parser="clinic", too_many_groups="too many extra_groups",
+                            wrong_count=_CLINIC_COUNT),
     (3, 13): _V313,
-    (3, 14): _V313,
+    (3, 14): _V314,
+    (3, 15): _V314,
 }
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
@@ -162,21 +183,29 @@ def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str,
     return None
 
 
-def _check(version: tuple[int, int]) -> Internals:
+def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
     internals = TABLE.get(version)
     shown = f"CPython {version[0]}.{version[1]}"
+    if free_threaded:
+        # Not known to be safe: the C environment copy for env=None relies on
+        # the GIL to keep os.environ changes out while it reads.
+        raise UnsupportedPython(
+            f"rdmaspawn does not support free-threaded {shown}t: rdmaspawn.Popen and "
+            "rdmaspawn.patch() are unavailable; use CPython's default (GIL) build")
     if internals is None:
         raise UnsupportedPython(
             f"rdmaspawn does not know the subprocess internals of {shown} "
             f"(it knows {min(TABLE)[0]}.{min(TABLE)[1]}-{max(TABLE)[0]}.{max(TABLE)[1]}): "
-            "rdmaspawn.Popen and rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works")
+            "rdmaspawn.Popen and rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works. "
+            "Upgrade rdmaspawn (pip install -U rdmaspawn), or run a CPython it knows")
     loads = _caller_loads(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
                           internals.home)
     if loads != internals.caller:
         raise UnsupportedPython(
             f"{shown}'s subprocess.Popen._execute_child does not call fork_exec the way "
             f"rdmaspawn knows for {shown} (it passes {loads}): rdmaspawn.Popen and "
-            "rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works")
+            "rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works. "
+            "Upgrade rdmaspawn (pip install -U rdmaspawn)")
     return internals
 
 
@@ -191,7 +220,8 @@ def require() -> Internals:
         return _current
     if _error is None:
         try:
-            _current = _check(sys.version_info[:2])
+            _current = _check(sys.version_info[:2],
+                              bool(sysconfig.get_config_var("Py_GIL_DISABLED")))
             return _current
         except UnsupportedPython as exc:
             _error = exc
@@ -208,12 +238,14 @@ def current() -> Internals | None:
 
 def unpack_fork_exec(args: tuple[Any, ...]) -> ForkExecCall:
     """A positional ``fork_exec`` call by name; TypeError for a wrong count."""
-    params = require().params
+    internals = require()
+    params = internals.params
     if len(args) != len(params):
-        raise TypeError(f"fork_exec() takes exactly {len(params)} arguments ({len(args)} given)")
+        raise TypeError(internals.wrong_count.format(wanted=len(params), given=len(args)))
     if len(params) == len(ForkExecCall._fields):
         return ForkExecCall(*args)
-    return ForkExecCall(**dict(zip(params, args)), **_NEUTRAL)
+    # Only what this version does not pass: 3.14's call has pgid_to_set.
+    return ForkExecCall(**{**_NEUTRAL, **dict(zip(params, args))})
 
 
 def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
@@ -231,6 +263,19 @@ def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
     if call.gid not in (None, -1) or call.uid not in (None, -1) or call.extra_groups is not None:
         return True
     return not call.allow_vfork
+
+
+def use_vfork_flag() -> bool:
+    """The ``subprocess._USE_VFORK`` that this CPython's fork_exec obeys.
+
+    3.10-3.13 pass it as ``allow_vfork``; 3.14 has no such flag (a
+    ``_USE_VFORK`` set by hand is ignored), so it counts as True there. An
+    unknown CPython is taken at its attribute's word.
+    """
+    internals = current()
+    if internals is not None and "allow_vfork" not in internals.params:
+        return True
+    return bool(getattr(subprocess, "_USE_VFORK", True))
 
 
 _INT_MAX = 0x7FFFFFFF

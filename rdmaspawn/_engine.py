@@ -12,9 +12,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
-from . import _setup_pack
+from . import _clonepath, _setup_pack
 from ._rdmaspawn_cffi import ffi, lib
 from ._setup import ChildSetup
+
+# RDMASPAWN_CLONE=clone: every spawn of this process through glibc clone().
+_clonepath.apply_variable(os.environ)
 
 __all__ = [
     "SpawnError",
@@ -23,6 +26,7 @@ __all__ = [
     "spawn",
     "fork_init",
     "fork_status",
+    "clone_path",
 ]
 
 # The flags of spawn_flat(), for its callers (the C enum rs_flags is their
@@ -334,6 +338,21 @@ def spawn_count() -> int:
     """How many spawns this process has asked the engine for, by any path
     (the C fork_exec, spawn_flat, ...): what tests count routing with."""
     return int(lib.rs_spawn_count())
+
+
+def clone_path() -> _clonepath.ClonePath:
+    """Which system call starts this process's children (clone3 or clone), and why.
+
+    Where no spawn has asked the kernel yet, one child is cloned to find out:
+    it execs "/", which fails (EACCES), so no program runs.
+    """
+    if _clonepath.clone_path().method == "untried":
+        try:
+            pid, _ = spawn([b"/"], [b"/"])
+            os.waitpid(pid, 0)  # pragma: no cover - execve("/") cannot succeed
+        except SpawnError:
+            pass
+    return _clonepath.clone_path()
 
 
 def _status(call: str) -> tuple[int, str | None, int]:

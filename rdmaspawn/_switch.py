@@ -12,6 +12,7 @@ item                        effect at interpreter start
 ``guard=raise``             ``rdmaspawn.guard("raise")`` (``guard`` alone: ``"warn"``)
 ``start_method=forkserver`` multiprocessing's default start method becomes
                             forkserver (or ``spawn``) unless the program picks one
+                            (``forkserver``: a no-op on 3.14+, already the default)
 ``verbose``                 one line on stderr saying what was done
 ``on`` (or ``1``)           ``patch,guard=raise,start_method=forkserver``
 ``off`` (or ``0``, empty)   nothing

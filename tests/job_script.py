@@ -42,7 +42,7 @@ def subprocess_user() -> str:
 
 def subprocess_novfork() -> str:
     # torchrun's agent: Popen(start_new_session=True); a fork on 3.9, and on
-    # 3.10+ wherever subprocess._USE_VFORK is false.
+    # 3.10-3.13 wherever subprocess._USE_VFORK is false (3.14+ ignores it).
     subprocess._USE_VFORK = False  # type: ignore[attr-defined]
     return _status(subprocess.Popen(["true"], start_new_session=True).wait())
 

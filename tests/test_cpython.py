@@ -16,24 +16,48 @@ def test_this_cpython_is_known_and_matches():
     fork_exec with the arguments the table names."""
     internals = _cpython.require()
     assert internals is _cpython.TABLE[sys.version_info[:2]]
-    assert len(internals.params) == (23 if sys.version_info >= (3, 11) else 21)
+    # 3.9-3.10: 21; 3.11 added pgid_to_set and allow_vfork; 3.14 dropped allow_vfork.
+    expected = 21 if sys.version_info < (3, 11) else 23 if sys.version_info < (3, 14) else 22
+    assert len(internals.params) == expected
     module, attr = internals.home
     assert getattr(sys.modules[module], attr) is not None
 
 
 def test_unknown_version_is_refused_by_name():
-    with pytest.raises(_cpython.UnsupportedPython, match=r"CPython 3\.99"):
+    """A CPython newer than the table fails at once, naming itself, what still
+    works, and what to do."""
+    with pytest.raises(_cpython.UnsupportedPython) as refused:
         _cpython._check((3, 99))
+    message = str(refused.value)
+    for said in ("CPython 3.99", "rdmaspawn.spawn() works", "Upgrade rdmaspawn"):
+        assert said in message, message
 
 
-def test_unpack_names_every_argument():
-    params = _cpython.require().params
+def test_a_free_threaded_build_is_refused_in_one_line():
+    """3.14t (no GIL) is refused by name, in one line that says what to use;
+    the flag comes from sysconfig's Py_GIL_DISABLED (no 3.14t has run here)."""
+    with pytest.raises(_cpython.UnsupportedPython) as refused:
+        _cpython._check((3, 14), free_threaded=True)
+    message = str(refused.value)
+    assert "free-threaded CPython 3.14t" in message and "default (GIL) build" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("version", sorted(_cpython.TABLE))
+def test_unpack_names_every_argument(version, monkeypatch):
+    """Every version's call by name: what it passes where it passes it, the
+    neutral value for only what it does not pass (3.14's 22 arguments hold
+    pgid_to_set but not allow_vfork)."""
+    monkeypatch.setattr(_cpython, "_current", _cpython.TABLE[version])
+    params = _cpython.TABLE[version].params
     call = _cpython.unpack_fork_exec(tuple(range(len(params))))
-    assert call.preexec_fn == params.index("preexec_fn")
-    assert call.errpipe_write == params.index("errpipe_write")
-    if "allow_vfork" not in params:
-        assert (call.pgid_to_set, call.allow_vfork) == (-1, True)
-    with pytest.raises(TypeError):
+    for field in _cpython.ForkExecCall._fields:
+        value = getattr(call, field)
+        if field in params:
+            assert value == params.index(field), field
+        else:
+            assert value == {"pgid_to_set": -1, "allow_vfork": True}[field], field
+    with pytest.raises(TypeError, match=str(len(params))):
         _cpython.unpack_fork_exec(tuple(range(len(params) + 1)))
 
 

@@ -355,6 +355,19 @@ def test_rdma_netlink_reply_parsing() -> None:
     assert err == (None, f"RDMA netlink refused the query: {os.strerror(errno.EPERM)}")
 
 
+def test_use_vfork_is_judged_where_cpython_reads_it(monkeypatch) -> None:
+    """``subprocess._USE_VFORK = False`` makes 3.10-3.13 fork for a plain
+    Popen; 3.14 has no such flag and vforks whatever a program sets: the
+    doctor says what this CPython will do, not what the attribute says."""
+    monkeypatch.setattr(subprocess, "_USE_VFORK", False, raising=False)
+    default = doctor().subprocess_default
+    if sys.version_info < (3, 10) or sys.version_info >= (3, 14):
+        expected = "fork() then exec (3.9" if sys.version_info < (3, 10) else "vfork()"
+    else:
+        expected = "fork() then exec (subprocess._USE_VFORK is False"
+    assert default.startswith(expected), default
+
+
 def test_text_escapes_what_other_processes_control() -> None:
     """A process's command line and the names of its mapped files are its
     owner's to choose: `doctor --all` and `doctor --pid` print their control
@@ -379,3 +392,23 @@ def test_text_escapes_what_other_processes_control() -> None:
     assert "rdmaspawn-\\x1b[2K-name" in one.stdout
     by_pid = {o.get("pid"): o for o in map(json.loads, lines.stdout.splitlines())}
     assert hostile in by_pid[holder.pid]["command"]
+
+
+def test_clone_path_in_text_and_json() -> None:
+    """The doctor names the system call the engine starts children with: clone3
+    by default, clone (and why) under RDMASPAWN_CLONE=clone; for another
+    process it cannot know, and says so (null in JSON)."""
+    env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN_CLONE"}
+    doc = [sys.executable, "-m", "rdmaspawn", "doctor"]
+    plain = json.loads(subprocess.run([*doc, "--json"], env=env, capture_output=True,
+                                      text=True, timeout=60).stdout)
+    assert plain["clone_path"] == "clone3" and "CLONE_CLEAR_SIGHAND" in plain["clone_path_note"]
+    env["RDMASPAWN_CLONE"] = "clone"
+    forced = json.loads(subprocess.run([*doc, "--json"], env=env, capture_output=True,
+                                       text=True, timeout=60).stdout)
+    assert forced["clone_path"] == "clone" and "RDMASPAWN_CLONE=clone" in forced["clone_path_note"]
+    text = subprocess.run(doc, env=env, capture_output=True, text=True, timeout=60).stdout
+    assert "rdmaspawn's clone path: clone -- glibc clone(), forced by RDMASPAWN_CLONE=clone" in text
+    with Holder() as w:
+        other = doctor(w.pid)
+        assert other.clone_path is None and "only the process itself" in other.clone_path_note

@@ -11,8 +11,8 @@ from rdmaspawn import _cpython
 from rdmaspawn.dropin.forkexec import fork_exec
 
 
-def _call(errpipe_read: int, errpipe_write: int, **named: object) -> tuple:
-    """A positional fork_exec call of this CPython, built by name."""
+def _call(errpipe_read: int, errpipe_write: int, params: tuple = (), **named: object) -> tuple:
+    """A positional fork_exec call of this CPython (or of ``params``), built by name."""
     base = dict(
         args=[b"x"], executable_list=[b"/nonexistent/rdmaspawn"], close_fds=True,
         fds_to_keep=(errpipe_write,), cwd=None, env_list=None,
@@ -21,7 +21,42 @@ def _call(errpipe_read: int, errpipe_write: int, **named: object) -> tuple:
         call_setsid=False, pgid_to_set=-1, gid=None, extra_groups=None, uid=None,
         child_umask=-1, preexec_fn=None, allow_vfork=True)
     base.update(named)
-    return tuple(base[name] for name in _cpython.require().params)
+    return tuple(base[name] for name in params or _cpython.require().params)
+
+
+def test_a_22_argument_call_is_routed_by_name_in_c(monkeypatch):
+    """3.14's call (no allow_vfork, pgid_to_set still 17th) reaches the C
+    fork_exec's plain path, which reads each argument where 3.14 puts it:
+    process_group=0 makes the child a group leader, on any CPython."""
+    import pytest
+
+    from rdmaspawn import _capi
+    from rdmaspawn.dropin import forkexec
+
+    if _capi.fork_exec_new is None:
+        pytest.fail("the C fork_exec did not load")
+    v314 = _cpython.TABLE[(3, 14)]
+    monkeypatch.setattr(_cpython, "_current", v314)
+    slow_calls: list = []
+    monkeypatch.setattr(forkexec, "_fork_exec_python",
+                        lambda owner, *args: slow_calls.append(args) or -1)
+    c_fork_exec = forkexec.make_fork_exec(lambda *args: -1)
+    r, w = os.pipe()
+    try:
+        args = _call(r, w, v314.params, args=[b"sleep", b"30"], executable_list=[b"/bin/sleep"],
+                     pgid_to_set=0)
+        assert len(args) == 22
+        pid = c_fork_exec(*args)
+    finally:
+        os.close(w)
+    try:
+        assert slow_calls == [] and pid > 0
+        assert os.getpgid(pid) == pid != os.getpgid(0)
+        assert os.read(r, 100) == b""   # exec succeeded: nothing on the error pipe
+    finally:
+        os.close(r)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
 
 
 def test_failed_child_pid_survives_a_closed_error_pipe():
@@ -69,12 +104,22 @@ def test_no_lost_children_from_many_threads():
 
 
 def test_wrong_argument_count_is_a_type_error():
-    """A call with the argument count of another CPython is refused, never routed."""
+    """A call with the argument count of another CPython is refused, never
+    routed, with this CPython's own message (its test_fork_exec reads it)."""
+    import _posixsubprocess
+
     import pytest
 
+    from rdmaspawn import _wrapping
+
+    cpython_fork_exec = _wrapping.innermost(_posixsubprocess.fork_exec)
     args = _call(-1, 5)
-    with pytest.raises(TypeError, match=f"exactly {len(args)} arguments"):
-        fork_exec(*args[:-1])
+    for wrong in (args[:-1], args + (None,)):
+        with pytest.raises(TypeError) as theirs:
+            cpython_fork_exec(*wrong)   # fails on the count, before any fork
+        with pytest.raises(TypeError) as ours:
+            fork_exec(*wrong)
+        assert str(ours.value) == str(theirs.value)
 
 
 class _Int(int):

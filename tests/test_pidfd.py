@@ -145,5 +145,15 @@ def test_every_timeout_cpython_takes_waits(timeout: float) -> None:
     wait() and in run(); it raised OverflowError, and run() killed the child."""
     proc = rdmaspawn.Popen(["sleep", "0.2"])
     assert proc.pidfd is not None  # the pidfd wait is what is tried
+    if timeout != timeout and sys.version_info >= (3, 15):
+        # 3.15's wait() refuses nan with a ValueError: so does rdmaspawn's, and run().
+        stock = subprocess.Popen(["true"])
+        for popen in (stock, proc):
+            with pytest.raises(ValueError, match="NaN"):
+                popen.wait(timeout=timeout)
+            assert popen.wait() == 0
+        with pytest.raises(ValueError, match="NaN"):
+            rdmaspawn.run(["true"], timeout=timeout)
+        return
     assert proc.wait(timeout=timeout) == 0
     assert rdmaspawn.run(["sh", "-c", "sleep 0.2; exit 4"], timeout=timeout).returncode == 4

@@ -1,6 +1,7 @@
 """A Pool whose worker handler cannot start a replacement fails its waiting results, never hangs.
 
-The pool is made (fork, the default) before the process takes DONTFORK memory;
+The pool is made (fork: the default on 3.9-3.13, chosen here for 3.14+'s
+forkserver default) before the process takes DONTFORK memory;
 maxtasksperchild=1 makes its handler thread fork replacements afterwards, while
 map() waits (chunksize=1: with no worker alive, map's own chunksize arithmetic
 divides by zero).
@@ -35,7 +36,7 @@ _SCRIPT = textwrap.dedent("""\
             rdmaspawn.patch()
             rdmaspawn.guard("raise")
         # Both workers are forked here, before the hazard; each exits after one task.
-        with multiprocessing.Pool(2, maxtasksperchild=1) as pool:
+        with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
             plant("auto")
             if how == "plain":  # the control: a refused fork without rdmaspawn's handler
                 def refuse():

@@ -15,6 +15,11 @@ import textwrap
 import pytest
 from hazard_helpers import run_with_hazard
 
+from rdmaspawn import _cpython
+
+#: CPython's own default start method: fork, forkserver from 3.14.
+MP_DEFAULT = _cpython.require().mp_default
+
 
 def fresh(code: str) -> dict[str, object]:
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
@@ -50,7 +55,7 @@ def test_a_default_already_in_use_is_left_alone() -> None:
         print(json.dumps({"used": used, "did": prefer_start_method("spawn") is not None,
                           "now": mp.get_start_method()}))
     """)
-    assert out == {"used": "fork", "did": False, "now": "fork"}
+    assert out == {"used": MP_DEFAULT, "did": False, "now": MP_DEFAULT}
 
 
 def test_patch_start_method_and_unpatch() -> None:
@@ -69,7 +74,7 @@ def test_patch_start_method_and_unpatch() -> None:
         print(json.dumps(out))
     """)
     assert out["patched"] is True and out["default"] == "spawn"
-    assert out["after_unpatch"] == "fork"
+    assert out["after_unpatch"] == MP_DEFAULT
     assert "not 'fork'" in str(out["fork"])
 
 
@@ -153,9 +158,10 @@ if __name__ == "__main__":
 def test_get_context_pools_run_under_the_hazard_even_without_vfork() -> None:
     """Pool(context=) and ProcessPoolExecutor(mp_context=) with get_context(): all finish.
 
-    subprocess._USE_VFORK = False makes CPython's own fork_exec fork, as 3.9's
-    always does: the forkserver and the resource tracker must come from the
-    engine (get_context() patches).
+    subprocess._USE_VFORK = False makes CPython's own fork_exec fork on
+    3.10-3.13, as 3.9's always does: the forkserver and the resource tracker
+    must come from the engine (get_context() patches). 3.14+ ignores the flag
+    (and vforks): there the test shows the pools finish, no more.
     """
     r = run_with_hazard(_POOLS + textwrap.indent(textwrap.dedent("""
         import rdmaspawn
@@ -172,13 +178,18 @@ def test_get_context_pools_run_under_the_hazard_even_without_vfork() -> None:
 
 @pytest.mark.parametrize("kind", ["pool", "ppe"])
 def test_default_fork_with_guard_raise_is_an_error_not_a_hang(kind: str) -> None:
-    """The default kept as fork, guard('raise'): ForkHazardError at once; the control hangs or dies."""
-    guarded = run_with_hazard(_POOLS + textwrap.indent(textwrap.dedent(f"""
+    """The default kept as fork, guard('raise'): ForkHazardError at once; the control hangs or dies.
+
+    3.14+'s default is forkserver: there the program chooses fork, as 3.9-3.13 default to it.
+    """
+    fork = "    multiprocessing.set_start_method('fork')\n" if MP_DEFAULT != "fork" else ""
+    guarded = run_with_hazard(_POOLS + fork + textwrap.indent(textwrap.dedent(f"""
         import rdmaspawn
         rdmaspawn.guard("raise")
         attempt({kind!r}, {kind})
     """), "    "), "auto", timeout=120)
     assert guarded.returncode == 0, guarded.stderr
     assert guarded.stdout == f"{kind} raised ForkHazardError\n", guarded.stderr
-    control = run_with_hazard(_POOLS + f"    attempt({kind!r}, {kind})\n", "auto", timeout=120)
+    control = run_with_hazard(_POOLS + fork + f"    attempt({kind!r}, {kind})\n", "auto",
+                              timeout=120)
     assert control.stdout.split()[1:] != ["ok"], control.stdout

@@ -8,8 +8,10 @@ child dies), through patch(), and runs ``rdmaspawn doctor``.
 
 The wheel is the one named by RDMASPAWN_WHEEL (.ci/run builds it once per run
 with scripts/build-wheels); without that variable this test builds it for
-this machine's architecture first (about a minute: the build tools come from
-the package index).
+this machine's architecture first, with the running CPython (about a minute:
+the build tools come from the package index). .ci/lanes/sid.sh runs this file
+on the newest CPythons (3.14, 3.15) with .ci/run's wheel, and on the oldest
+(3.9) with a wheel that Debian's 3.15 built.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -87,6 +90,16 @@ def test_wheel_is_abi3_manylinux(wheel):
     tag = name.rsplit("-", 1)[1].removesuffix(".whl")
     minors = [int(t.split("_")[2]) for t in tag.split(".") if t.startswith("manylinux_2_")]
     assert minors and max(minors) <= 28, name
+
+
+def test_wheel_module_is_named_for_every_cpython(wheel):
+    """The compiled module is ``*.abi3.so``, the one abi3 name that every
+    CPython >= 3.9 imports, whichever CPython built the wheel (a 3.15 build
+    would otherwise name it ``*.abi3-x86_64-linux-gnu.so``, which 3.9-3.14
+    do not look for). .ci/lanes/sid.sh installs a 3.15-built wheel on 3.9."""
+    with zipfile.ZipFile(wheel) as zf:
+        modules = [n for n in zf.namelist() if n.endswith(".so")]
+    assert modules == ["rdmaspawn/_rdmaspawn_cffi.abi3.so"], modules
 
 
 def test_wheel_works_without_a_compiler(wheel, tmp_path):

@@ -2,7 +2,7 @@
  * rdmaspawn's fork_exec as a C callable: the hot path of rdmaspawn.Popen
  * and of subprocess under patch().
  *
- * CPython's _execute_child calls fork_exec with 21 or 23 arguments on every
+ * CPython's _execute_child calls fork_exec with 21, 22 or 23 arguments on every
  * spawn. Checking and converting them in Python (dropin/forkexec.py) cost
  * the parent more CPU than CPython's whole C fork_exec, and with several
  * threads spawning that CPU is the throughput. This object does what

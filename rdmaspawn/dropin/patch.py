@@ -47,7 +47,8 @@ def patch(start_method: str | None = None) -> None:
 
     ``start_method="forkserver"`` (or ``"spawn"``) also makes it
     multiprocessing's default start method unless the program already chose
-    one (see :mod:`rdmaspawn.dropin.startmethod`). Idempotent and thread-safe;
+    one (see :mod:`rdmaspawn.dropin.startmethod`; ``"forkserver"`` is
+    already the default on 3.14+). Idempotent and thread-safe;
     undone by :func:`unpatch`.
     """
     global _applied

@@ -15,11 +15,11 @@ cannot help there: the fork is the start method itself. Two ways out:
   ``ProcessPoolExecutor(mp_context=)`` and ``Pool``: an explicit choice.
 
 Both start the forkserver (or each spawn child) and the resource tracker
-through ``_posixsubprocess.fork_exec``, which forks on 3.9 and wherever
-``subprocess._USE_VFORK`` is false: they go through the engine once
+through ``_posixsubprocess.fork_exec``, which forks on 3.9 and, on
+3.10-3.13, wherever ``subprocess._USE_VFORK`` is false: they go through the engine once
 ``patch()`` is in force, which :func:`get_context` ensures.
 
-CPython's private part used here, the same on 3.9-3.13:
+CPython's private part used here, the same on 3.9-3.15:
 ``multiprocessing.context._default_context`` is a ``DefaultContext`` whose
 ``_default_context`` attribute is the context used when the program chose
 none, and whose ``_actual_context`` stays ``None`` until something chose or

@@ -7,7 +7,8 @@
 - ``_posixsubprocess.fork_exec`` and, on 3.11+, ``subprocess._fork_exec`` (the
   name ``subprocess.Popen`` calls), but only for the calls that really fork:
   always on 3.9; on 3.10+ when ``preexec_fn`` is given, when ``user``/
-  ``group``/``extra_groups`` are, or when ``subprocess._USE_VFORK`` is false.
+  ``group``/``extra_groups`` are, or (3.10-3.13) when ``subprocess._USE_VFORK``
+  is false; 3.14 has no such flag and ignores one set by hand.
 
 Before such a call it checks :func:`rdmaspawn._procfs.has_dontfork` (device
 mappings left out) and, if the process holds ``MADV_DONTFORK`` memory, warns

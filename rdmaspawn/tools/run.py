@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--start-method", choices=(*START_METHODS, "keep"),
                         default=ON.start_method,
                         help="multiprocessing's default start method where the program "
-                             "chooses none (default: %(default)s; keep: CPython's fork)")
+                             "chooses none (default: %(default)s, CPython 3.14+'s own default; "
+                             "keep: CPython's, fork on 3.9-3.13)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="each Python process says on stderr what it applied")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")

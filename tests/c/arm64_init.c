@@ -1,7 +1,8 @@
 /*
- * /init of the arm64 VM that tests/c/arm64_vm.sh boots: it sets up the little
- * the C harness needs (/proc, /dev, a console), runs /harness, prints its exit
- * status and powers the VM off, so that qemu exits by itself.
+ * /init of the arm64 VM that tests/c/arm64_vm.sh and .ci/lanes/arm64.sh boot:
+ * it sets up the little the C harness and the Python layer need (/proc, /dev,
+ * /dev/shm, a console), runs /harness, prints its exit status and powers the
+ * VM off, so that qemu exits by itself.
  *
  * The same static binary is also the VM's /bin/true (the harness execs it):
  * anything but pid 1 just exits 0.
@@ -27,6 +28,11 @@ int main(void)
     mkdir("/tmp", 01777);
     mount("proc", "/proc", "proc", 0, NULL);
     mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
+    /* The Python lane (.ci/lanes/arm64.sh) runs its script as /harness:
+     * multiprocessing's SemLock needs a /dev/shm (sem_open), or fails with
+     * FileNotFoundError. */
+    mkdir("/dev/shm", 01777);
+    mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777");
     int console = open("/dev/console", O_RDWR);
     if (console >= 0) {
         for (int fd = 0; fd < 3; fd++)

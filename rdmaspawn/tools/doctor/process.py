@@ -8,6 +8,7 @@ import re
 import sys
 from typing import Any
 
+from ... import _cpython
 from ..._procfs import (
     Pid,
     all_mappings,
@@ -65,7 +66,7 @@ def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple
         default = ("fork() then exec (3.9 has no vfork; posix_spawn only with close_fds=False "
                    "and no other options)")
     elif not use_vfork:
-        default = "fork() then exec (subprocess._USE_VFORK is False)"
+        default = "fork() then exec (subprocess._USE_VFORK is False; 3.10-3.13 only)"
     else:
         default = "vfork() then exec (safe: the child shares the parent's memory)"
     return default, "fork() then exec (the child runs Python code or changes ids)"
@@ -81,6 +82,17 @@ def _engine_facts() -> dict[str, Any]:
     except Exception as e:  # engine not built or libibverbs trouble: say so, do not fail
         return {"fork_status": None, "fork_library": None,
                 "fork_error": f"{type(e).__name__}: {e}"}
+
+
+def _clone_path() -> tuple[str | None, str]:
+    """The system call this process's engine starts children with, and why."""
+    try:
+        from rdmaspawn import _engine
+
+        path = _engine.clone_path()
+        return path.method, path.reason
+    except Exception as e:  # engine not built: say so, do not fail
+        return None, f"cannot ask the engine ({type(e).__name__}: {e})"
 
 
 def _self_facts() -> dict[str, Any]:
@@ -102,9 +114,8 @@ def _self_facts() -> dict[str, Any]:
         facts["mp_default"] = mpctx._default_context._default_context._name  # type: ignore[attr-defined]
     except AttributeError:
         facts["mp_default"] = None
-    import subprocess
-
-    facts["use_vfork"] = bool(getattr(subprocess, "_USE_VFORK", True))
+    facts["use_vfork"] = _cpython.use_vfork_flag()
+    facts["clone_path"], facts["clone_path_note"] = _clone_path()
     return facts
 
 
@@ -155,6 +166,7 @@ def doctor(pid: int | None = None) -> Report:
                              f"were ({facts.get('fork_library')}): {fork_note}")
         default, preexec = _subprocess_paths(version, facts["use_vfork"])
         patched, guarded = facts["patched"], facts["guarded"]
+        clone_path, clone_note = facts["clone_path"], facts["clone_path_note"]
         mp_method, mp_default = facts["mp_start_method"], facts["mp_default"]
         if patched:
             default = "rdmaspawn engine (CLONE_VM|CLONE_VFORK, safe): rdmaspawn.patch() is in force"
@@ -165,7 +177,8 @@ def doctor(pid: int | None = None) -> Report:
             default, preexec = _subprocess_paths((int(m.group(1)), int(m.group(2))))
         else:
             default = preexec = "unknown (not a recognisable Python executable)"
-        patched = guarded = mp_method = mp_default = fork_status = None
+        patched = guarded = mp_method = mp_default = fork_status = clone_path = None
+        clone_note = "only the process itself can ask its engine"
         fork_note = _outside_fork_note(loaded_verbs, env, findings)
 
     cof, netlink_note = rdma_netlink_copy_on_fork()
@@ -188,7 +201,8 @@ def doctor(pid: int | None = None) -> Report:
         kernel_copies_pinned_pages=verbs.kernel_copies, rdma_netlink=netlink_note,
         python=python, subprocess_default=default, subprocess_preexec=preexec,
         engine_loaded="rdmaspawn engine" in libs, patched=patched, guarded=guarded,
-        mp_start_method=mp_method, mp_default_start_method=mp_default, notes=notes,
+        mp_start_method=mp_method, mp_default_start_method=mp_default,
+        clone_path=clone_path, clone_path_note=clone_note, notes=notes,
     )
     judge(report)
     return report

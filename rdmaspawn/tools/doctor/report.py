@@ -49,6 +49,10 @@ class Report:
     guarded: str | None
     mp_start_method: str | None
     mp_default_start_method: str | None
+    #: How the process's engine starts children: "clone3" or "clone" (the
+    #: glibc fallback); None where it cannot be asked (another process).
+    clone_path: str | None
+    clone_path_note: str
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -123,6 +127,8 @@ class Report:
         if self.is_self:
             out.append(f"  rdmaspawn.patch() in force: {'yes' if self.patched else 'no'}")
             out.append(f"  rdmaspawn.guard(): {self.guarded or 'off'}")
+            out.append(f"  rdmaspawn's clone path: {self.clone_path or 'unknown'} "
+                       f"-- {self.clone_path_note}")
             out.append(f"  multiprocessing start method: {self.mp_start_method or 'not set'} "
                        f"(default {self.mp_default_start_method})")
         else:

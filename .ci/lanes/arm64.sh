@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# CI lane: this run's aarch64 wheel on a real arm64 kernel (issue 21).
+#
+#   CI_REPO=... CI_WORK=... CI_WHEELHOUSE=... RDMASPAWN_ARM64_KERNEL=... \
+#     bash .ci/lanes/arm64.sh
+#
+# 1. A Debian bookworm arm64 userland with python3 (3.11) and libibverbs:
+#    mmdebstrap --variant=extract (no binfmt, no arm64 dpkg on the host),
+#    stripped to what runs (docs, locales, the stdlib's tests out).
+# 2. pytest and cffi's aarch64 wheel installed into it from PyPI by the
+#    host's pip (--platform manylinux_2_28_aarch64 --python-version 3.11);
+#    then, once scripts/build-wheels has put it in $CI_WHEELHOUSE, this run's
+#    rdmaspawn-*-manylinux_2_28_aarch64.whl, into site-packages (so the
+#    .pth hook is live) with its console script: no compiler in the VM.
+# 3. The userland, the tests and .ci/lanes/arm64_inside.sh (as /harness)
+#    packed as the initramfs of Debian's arm64 cloud kernel, booted under
+#    qemu-system-aarch64 (TCG, 2 CPUs, 2 GiB) with tests/c/arm64_init.c as
+#    /init.  Inside: rdmaspawn demo, doctor, and SUBSET below twice: on the
+#    clone3() path and on glibc's clone() (RDMASPAWN_CLONE=clone).
+#
+# A hang is told from slowness by progress: the watchdog kills qemu when the
+# console has printed nothing for $RDMASPAWN_VM_SILENCE seconds (default
+# 120; pytest -v prints a line per test).  Output: progress lines, the
+# console, then each pytest's closing lines and "LANE: N passed, N failed"
+# (N: tests of both pytest runs plus the demo/doctor steps).  Exit status 0
+# only if all passed.
+#
+# Environment: CI_REPO, CI_WORK (scratch, removed at the end),
+# CI_WHEELHOUSE, RDMASPAWN_ARM64_KERNEL (else tests/c/arm64_vm.sh
+# --fetch-kernel fetches it); PYTHON, the host CPython whose pip installs
+# into the userland (default: the newest pyenv CPython, else python3);
+# RDMASPAWN_VM_CPU (default max,pauth-impdef=on: TCG's architected pointer
+# authentication is several times slower); RDMASPAWN_WHEEL_WAIT (seconds to
+# wait for the wheel, default 1200).  Needs mmdebstrap, qemu-system-arm,
+# cpio, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross.
+set -uo pipefail
+
+# What runs on arm64 (TCG runs a Python process several times slower than
+# the host, so chosen tests, not whole modules).  SUBSET on the clone3()
+# path: the engine (errors, pidfd), the drop-in fork_exec, patch(), the
+# hazard, the declarative setup, the .pth hook, rdmaspawn run (with
+# multiprocessing, which needs the VM's /dev/shm).  CLONE_SUBSET again on
+# glibc's clone() (RDMASPAWN_CLONE=clone): the tests whose spawns go
+# straight through the engine's clone call.
+CLONE_SUBSET="tests/test_errors.py::test_engine_reports_step_and_reaps
+  tests/test_errors.py::test_engine_pidfd
+  tests/test_pidfd.py::test_send_signal_goes_through_the_pidfd
+  tests/test_pidfd.py::test_popen_has_a_pidfd_closed_when_reaped
+  tests/test_forkexec.py::test_plain_call_is_started_in_c_and_any_other_in_python
+  tests/test_forkexec.py::test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does
+  tests/test_patch.py::test_patch_routes_through_the_engine_and_unpatch_restores
+  tests/test_patch.py::test_module_is_a_drop_in_for_subprocess
+  tests/test_hazard_spawn.py::test_every_rdmaspawn_path_survives"
+SUBSET="$CLONE_SUBSET
+  tests/test_declarative.py::test_setup_failure_is_an_oserror_naming_the_step
+  tests/test_declarative.py::test_setup_runs_in_order_for_privileges
+  tests/test_declarative.py::test_unrecognised_preexec_fn_still_refused_with_hazard
+  tests/test_autostart.py::test_hook_is_installed_beside_the_package
+  tests/test_autostart.py::test_on_applies_everything
+  tests/test_autostart.py::test_minus_I_keeps_the_hook
+  tests/test_run.py::test_every_child_survives_under_run[popen]
+  tests/test_run.py::test_every_child_survives_under_run[mp_process]
+  tests/test_run.py::test_every_child_survives_under_run[pool]
+  tests/test_run.py::test_console_script_and_environment
+  tests/test_clonepath.py::test_variable_moves_spawns_to_clone"
+PACKAGES="python3,dash,coreutils,libibverbs1"
+
+repo=${CI_REPO:?} work=${CI_WORK:?} wheelhouse=${CI_WHEELHOUSE:?}
+silence=${RDMASPAWN_VM_SILENCE:-120}
+start=$SECONDS
+say() { printf '[arm64 %4ds] %s\n' "$((SECONDS - start))" "$*"; }
+die() { say "FAILED: $*"; echo "LANE: 0 passed, 1 failed"; exit 1; }
+qemu_pid=""
+cleanup() {
+  [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null
+  rm -rf "$work/root" "$work/initrd.cpio" "$work/wheel-target" "$work"/console* "$work"/*.log
+}
+trap cleanup EXIT
+
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python 2>/dev/null |
+           grep -E '/3\.[0-9]+\.[0-9]+/bin' | sort -V | tail -n 1)
+  PYTHON=${PYTHON:-python3}
+fi
+kernel=${RDMASPAWN_ARM64_KERNEL:-$(bash "$repo/tests/c/arm64_vm.sh" --fetch-kernel)} \
+  || die "no arm64 kernel"
+root="$work/root"
+site="$root/usr/local/lib/python3.11/dist-packages"
+
+# --- 1. userland --------------------------------------------------------------
+say "userland: mmdebstrap --variant=extract arm64 bookworm ($PACKAGES)"
+mmdebstrap --quiet --variant=extract --architectures=arm64 --include="$PACKAGES" \
+  bookworm "$root" http://deb.debian.org/debian >"$work/mmdebstrap.log" 2>&1 \
+  || { tail -n 20 "$work/mmdebstrap.log"; die "mmdebstrap"; }
+rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,linda} "$root"/var/cache/* \
+  "$root"/var/lib/apt/lists/* "$root"/usr/lib/python3.11/{test,idlelib,tkinter,turtledemo,lib2to3,ensurepip,pydoc_data} \
+  "$root"/usr/lib/python3.11/distutils/tests
+find "$root" -name __pycache__ -prune -exec rm -rf {} +
+# What base-passwd's maintainer script would write (extract runs none).
+printf '%s\n' "root:x:0:0:root:/root:/bin/sh" "nobody:x:65534:65534:nobody:/nonexistent:/bin/sh" \
+  >"$root/etc/passwd"
+printf '%s\n' "root:x:0:" "nogroup:x:65534:" >"$root/etc/group"
+say "userland: $(du -sm "$root" | cut -f1) MiB"
+
+# --- 2. pytest and cffi for aarch64, the init -----------------------------------
+pip_target() {  # pip_target DIR ARGS...: aarch64 CPython 3.11 wheels into DIR
+  local dir=$1; shift
+  "$PYTHON" -m pip install -q --disable-pip-version-check --no-compile --target "$dir" \
+    --platform manylinux_2_28_aarch64 --python-version 3.11 --implementation cp \
+    --only-binary=:all: "$@"
+}
+say "pip ($("$PYTHON" --version)): pytest, cffi for aarch64 CPython 3.11"
+pip_target "$site" pytest cffi >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; die "pip pytest cffi"; }
+rm -rf "$site/bin"
+aarch64-linux-gnu-gcc -std=gnu11 -O2 -static -Wall -Wextra -Werror \
+  -o "$root/init" "$repo/tests/c/arm64_init.c" || die "compiling /init"
+install -m 755 "$repo/.ci/lanes/arm64_inside.sh" "$root/harness"
+mkdir -p "$root/lane" "$root/root"
+cp -a "$repo/tests" "$repo/pyproject.toml" "$root/lane/"
+rm -rf "$root/lane/tests/conformance" "$root/lane/tests/torch_job"
+set -f
+printf '%s\n' $SUBSET >"$root/lane/subset.clone3"
+printf '%s\n' $CLONE_SUBSET >"$root/lane/subset.clone"
+set +f
+
+# --- 3. this run's wheel --------------------------------------------------------
+say "waiting for rdmaspawn-*-manylinux_2_28_aarch64.whl in $wheelhouse"
+waited=0
+# Complete once it reads as a zip (build-wheels copies it in).
+until wheel=$(ls "$wheelhouse"/rdmaspawn-*-manylinux_2_28_aarch64.whl 2>/dev/null | head -n 1) \
+      && [ -n "$wheel" ] \
+      && "$PYTHON" -c 'import sys, zipfile; sys.exit(zipfile.ZipFile(sys.argv[1]).testzip() is not None)' \
+           "$wheel" 2>/dev/null; do
+  [ "$waited" -lt "${RDMASPAWN_WHEEL_WAIT:-1200}" ] || die "no aarch64 wheel after ${waited}s"
+  [ $((waited % 30)) -ne 0 ] || [ "$waited" -eq 0 ] || say "still waiting for the wheel (${waited}s)"
+  sleep 5; waited=$((waited + 5))
+done
+say "installing $(basename "$wheel")"
+pip_target "$work/wheel-target" --no-deps "$wheel" >"$work/pip.log" 2>&1 \
+  || { cat "$work/pip.log"; die "pip install the wheel"; }
+script="$work/wheel-target/bin/rdmaspawn"
+[ -f "$script" ] || die "the wheel has no rdmaspawn console script"
+# pip wrote the host's interpreter into the script: the VM's is /usr/bin/python3.
+sed '1s|.*|#!/usr/bin/python3|' "$script" >"$root/usr/bin/rdmaspawn" && chmod 755 "$root/usr/bin/rdmaspawn"
+rm -rf "$work/wheel-target/bin"
+cp -a "$work/wheel-target/." "$site/"
+[ -f "$site/rdmaspawn-autostart.pth" ] || die "the wheel's .pth hook is not in site-packages"
+
+# Debian compiles the stdlib's .pyc in python3's maintainer scripts, which
+# extract never runs: without them every interpreter in the VM compiles what
+# it imports, under TCG.  A host CPython 3.11 (same .pyc format) compiles them
+# here; unchecked-hash, so that no timestamp decides.
+py311=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.*/bin/python 2>/dev/null | sort -V | tail -n 1)
+if [ -n "$py311" ]; then
+  say "compiling the userland's .pyc with $("$py311" --version)"
+  "$py311" -m compileall -q -j 0 --invalidation-mode unchecked-hash -s "$root" -p / \
+    "$root/usr/lib/python3.11" "$site" >"$work/compileall.log" 2>&1 \
+    || { tail -n 20 "$work/compileall.log"; die "compileall"; }
+else
+  say "no CPython 3.11 under pyenv: the VM compiles its .pyc itself"
+fi
+say "packing the initramfs"
+(cd "$root" && find . | cpio -o -H newc -R 0:0 --quiet) >"$work/initrd.cpio" || die "cpio"
+rm -rf "$root"
+say "initramfs: $(du -m "$work/initrd.cpio" | cut -f1) MiB"
+
+# --- 4. the VM, with a watchdog on its console ------------------------------------
+cpu=${RDMASPAWN_VM_CPU:-max,pauth-impdef=on}
+console="$work/console"
+: >"$console"
+say "booting $(basename "$kernel") (-cpu $cpu -smp 2 -m 2G)"
+qemu-system-aarch64 -M virt -cpu "$cpu" -smp 2 -m 2G \
+  -display none -monitor none -serial "file:$console" -nic none -no-reboot \
+  -kernel "$kernel" -initrd "$work/initrd.cpio" \
+  -append "console=ttyAMA0 panic=-1 quiet" </dev/null >"$work/qemu.log" 2>&1 &
+qemu_pid=$!
+tail -n +1 -f "$console" --pid="$qemu_pid" | sed -u 's/\r$//' &
+tail_pid=$!
+last_size=-1 last_change=$SECONDS hung=0
+while kill -0 "$qemu_pid" 2>/dev/null; do
+  sleep 5
+  size=$(stat -c %s "$console")
+  if [ "$size" != "$last_size" ]; then
+    last_size=$size last_change=$SECONDS
+  elif [ $((SECONDS - last_change)) -ge "$silence" ]; then
+    hung=1
+    say "HANG: no console output for ${silence}s; killing qemu"
+    kill "$qemu_pid"
+    break
+  fi
+done
+wait "$qemu_pid"; qemu_rc=$?
+qemu_pid=""
+wait "$tail_pid" 2>/dev/null
+rm -f "$work/initrd.cpio"
+say "qemu exit $qemu_rc"
+[ "$qemu_rc" -eq 0 ] || cat "$work/qemu.log"
+
+# --- 5. verdict ----------------------------------------------------------------------
+tr -d '\r' <"$console" >"$console.txt"
+passed=0 failed=0
+steps_ok=$(grep -c '^arm64-lane: result .* passed$' "$console.txt")
+steps_bad=$(grep -c '^arm64-lane: result .* FAILED' "$console.txt")
+passed=$((passed + steps_ok)) failed=$((failed + steps_bad))
+# pytest's closing line: "== 3 failed, 100 passed, 2 deselected in 50.0s ==".
+for n in $(grep -E '^=+ .* in [0-9.]+s' "$console.txt" | grep -oE '[0-9]+ passed' | cut -d' ' -f1); do
+  passed=$((passed + n))
+done
+for n in $(grep -E '^=+ .* in [0-9.]+s' "$console.txt" | grep -oE '[0-9]+ (failed|errors?)' | cut -d' ' -f1); do
+  failed=$((failed + n))
+done
+runs=$(grep -c '^arm64-lane: pytest [a-z0-9]* exit' "$console.txt")
+[ "$runs" -eq 2 ] || { failed=$((failed + 1)); say "FAILED: $runs of 2 pytest runs finished"; }
+grep -q '^arm64-vm: harness exit 0$' "$console.txt" || failed=$((failed + (failed == 0)))
+[ "$hung" -eq 0 ] || failed=$((failed + (failed == 0)))
+
+say "done in $((SECONDS - start))s"
+for path in clone3 clone; do
+  echo "--- pytest on arm64, $path path"
+  sed -n "/^arm64-lane: pytest $path: /,/^arm64-lane: pytest $path exit/p" "$console.txt" |
+    sed -n '/= short test summary info =/,/^=\+ .* in [0-9.]\+s/p;/^=\+ .* in [0-9.]\+s/p' | uniq
+done
+echo "LANE: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,54 @@
+#!/bin/sh
+# The arm64 lane's work inside the VM: /init (tests/c/arm64_init.c) runs this
+# as /harness on Debian's arm64 kernel, in the bookworm userland that
+# .ci/lanes/arm64.sh packed with the aarch64 wheel installed (no compiler
+# here).  Every line that the host reads starts with "arm64-lane:"; the
+# tests print one line each (-v), which is the host watchdog's sign of life.
+export PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 TMPDIR=/tmp
+export RDMASPAWN_REQUIRE_VERBS=1
+unset RDMASPAWN_CLONE
+set -f  # the subset's test ids hold brackets
+cd /lane || exit 1
+failed=0
+
+say() { echo "arm64-lane: $*"; echo "arm64-lane: [uptime $(cut -d' ' -f1 /proc/uptime)s]"; }
+check() {  # check NAME COMMAND...: a step that must exit 0
+  name=$1; shift
+  say "step $name"
+  if "$@"; then say "result $name passed"; else say "result $name FAILED ($?)"; failed=1; fi
+}
+
+say "kernel $(uname -r) $(uname -m), $(python3 --version), $(nproc) CPUs"
+check "rdmaspawn demo" python3 -m rdmaspawn demo
+# The doctor's text, with the clone path it names checked (dash's case: no
+# second interpreter): clone3 by default, clone under RDMASPAWN_CLONE=clone.
+doctor() {  # doctor EXPECTED [VAR=VALUE]: rdmaspawn doctor names EXPECTED
+  out=$(env ${2:-} rdmaspawn doctor); rc=$?
+  echo "$out"
+  case $out in *"rdmaspawn's clone path: $1 "*) return $rc ;; esac
+  echo "arm64-lane: the doctor did not name the clone path $1"; return 1
+}
+check "rdmaspawn doctor" doctor clone3
+check "rdmaspawn doctor (RDMASPAWN_CLONE=clone)" doctor clone RDMASPAWN_CLONE=clone
+
+# /lane/subset.clone3 on the clone3 path, /lane/subset.clone on glibc's
+# clone() (RDMASPAWN_CLONE=clone, which helper interpreters inherit); one
+# pytest argument a line.
+for path in clone3 clone; do
+  say "pytest $path: $(tr '\n' ' ' </lane/subset.$path)"
+  if [ "$path" = clone ]; then export RDMASPAWN_CLONE=clone; fi
+  : >/tmp/pytest.log
+  # shellcheck disable=SC2046
+  python3 -m pytest -v -p no:cacheprovider --durations=5 $(cat /lane/subset.$path) >/tmp/pytest.log 2>&1 &
+  pid=$!
+  # The log goes to the console line by line: a file first, so that pytest
+  # sees no terminal and a slow console never blocks it.
+  tail -n +1 -f /tmp/pytest.log --pid=$pid
+  wait $pid
+  rc=$?
+  say "pytest $path exit $rc"
+  [ $rc -eq 0 ] || failed=1
+  unset RDMASPAWN_CLONE
+done
+say "done, failed=$failed"
+exit $failed
