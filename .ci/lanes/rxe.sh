@@ -14,7 +14,10 @@
 #    over 9p, rxe0 over a dummy netdev in each, each running
 #    tests/realdevice/test_rxe.py and then the matrix (matrix.sh) for the
 #    four libibverbs: Linux 6.1 (reports copy-on-fork) with CPython 3.13,
-#    Linux 5.10 (predates it) with CPython 3.9.
+#    Linux 5.10 (predates it) with CPython 3.9.  The 6.1 VM then runs
+#    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
+#    venv that sees python3-pyverbs (registrations made by rdma-core's own
+#    bindings), the same boot: a VM boot costs more than the tests.
 #    A VM is killed when its console has been silent for 120 s (progress,
 #    not a total, tells a hang from slowness).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
@@ -24,8 +27,8 @@
 # the exit status is non-zero on any failure.
 #
 # Needs (beyond .ci/run's APT_PACKAGES): qemu-system-x86 (installed here when
-# missing); iproute2's rdma, cpio and the system's ibverbs-providers are used
-# in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
+# missing); iproute2's rdma, cpio, the system's ibverbs-providers and
+# python3-pyverbs (with python3-venv) are used in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
 # in CI_WORK, so a run downloads everything itself).
 set -uo pipefail
 exec </dev/null
@@ -68,6 +71,14 @@ for m in $MINORS; do
   ) >"$work/venv-$m.log" 2>&1 &
   pids+=($!)
 done
+# Debian's own CPython, seeing Debian's python3-pyverbs: the wheel (abi3)
+# goes in below as for the pyenv ones.
+(
+  /usr/bin/python3 -m venv --system-site-packages "$work/venv-pyverbs" &&
+  "$work/venv-pyverbs/bin/python" -m pip install -q pytest "cffi>=1.15" &&
+  "$work/venv-pyverbs/bin/python" -c "import pyverbs.mr"
+) >"$work/venv-pyverbs.log" 2>&1 &
+pids+=($!)
 
 # The wheel: CI's own x86_64 one, or one built here from a copy of the repo.
 wheel=""
@@ -94,7 +105,7 @@ say "wheel: $(basename "$wheel")"
 fail_setup=0
 for p in "${pids[@]}"; do wait "$p" || fail_setup=1; done
 pids=()
-for m in $MINORS; do
+for m in $MINORS pyverbs; do
   "$work/venv-$m/bin/python" -m pip install -q --no-deps "$wheel" >>"$work/venv-$m.log" 2>&1 ||
     fail_setup=1
 done
@@ -111,7 +122,8 @@ for k in 6.1 5.10; do
   printf '%s\n' /usr /etc "$pyenv" "$work" "$(cd "$cache" && pwd)" >"$work/vm-$k/binds"
 done
 tests="$work/tests/realdevice"
-# job KERNEL MINOR: the VM's job: test_rxe.py on CPython MINOR, then the matrix.
+# job KERNEL MINOR [pyverbs]: the VM's job: test_rxe.py on CPython MINOR (with
+# "pyverbs", then test_pyverbs_rxe.py on Debian's CPython), beside the matrix.
 job() {
   cat <<JOB
 set -o pipefail
@@ -130,13 +142,21 @@ mkdir -p "$work/vm-$1/out"
 RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
   tee "$work/vm-$1/pytest.log" || rc=1
+JOB
+  [ "${3:-}" = pyverbs ] && cat <<JOB
+RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
+  "$work/venv-pyverbs/bin/python" -m pytest \\
+  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_pyverbs_rxe.py 2>&1 |
+  tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
+JOB
+  cat <<JOB
 wait \$matrix || rc=1
 exit \$rc
 JOB
 }
 # Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
 # in subprocess) on 5.10; both VMs run the matrix.
-job 6.1 3.13 >"$work/vm-6.1/job.sh"
+job 6.1 3.13 pyverbs >"$work/vm-6.1/job.sh"
 job 5.10 3.9 >"$work/vm-5.10/job.sh"
 
 say "booting Linux 6.1 and 5.10 (each: test_rxe.py, then the matrix)"
@@ -183,6 +203,7 @@ count() {  # count NAME LOG: print LOG's closing line, add up its counts
 echo
 count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
 count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
+count "test_pyverbs_rxe.py on Debian's 3.11 (Linux 6.1)" "$work/vm-6.1/pyverbs-pytest.log"
 count "test_matrix.py (6.1 and 5.10)" "$work/matrix-pytest.log"
 status=0
 for k in 6.1 5.10; do

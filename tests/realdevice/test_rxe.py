@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from record import record
+from verbs import have_device
 
 from rdmaspawn.tools.doctor.cli import main as doctor_cli
 
@@ -32,26 +34,12 @@ MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
 REFUSALS = ("raised PreexecFnError", "raised ForkHazardError")
 
 
-def _have_device() -> bool:
-    return os.path.exists("/dev/infiniband/uverbs0") and bool(
-        os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else [])
-
-
-if not _have_device():
+if not have_device():
     if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1":
         pytest.fail("RDMASPAWN_REQUIRE_RXE=1 but there is no RDMA device "
                     "(/dev/infiniband/uverbs0, /sys/class/infiniband)", pytrace=False)
     pytest.skip("no RDMA device: runs in the soft-RoCE VM (.ci/lanes/rxe.sh)",
                 allow_module_level=True)
-
-
-def _record(name: str, data: dict) -> None:
-    print(json.dumps({name: data}))
-    out = os.environ.get("RDMASPAWN_RXE_OUT")
-    if out:
-        tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
-        with open(os.path.join(out, f"{tag}-{name}.json"), "w") as f:
-            json.dump(data, f, indent=1)
 
 
 class Holder:
@@ -99,7 +87,7 @@ def test_fork_status_is_not_no_hazard_while_marked(held):
 def test_stock_ways_control(held):
     """The control: CPython's own ways, recorded; on the lone page fork() works."""
     r = held.report
-    _record(f"stock-{r['kind']}", r)
+    record(f"stock-{r['kind']}", r)
     stock = {k: v for k, v in r["ways"].items() if not k.startswith(("rdmaspawn", "patch()"))}
     assert len(stock) == 5
     if r["kind"] == "page":
@@ -134,7 +122,7 @@ def test_doctor_pid(held):
     stdout, code = _doctor("--pid", str(held.pid))
     report = json.loads(stdout)
     kind = held.report["kind"]
-    _record(f"doctor-{kind}", {"verdict": report["verdict"], "findings": report["findings"]})
+    record(f"doctor-{kind}", {"verdict": report["verdict"], "findings": report["findings"]})
     with open(f"/proc/{held.pid}/maps") as f:
         assert "/dev/infiniband/uverbs" in f.read()  # the completion queue's ring
     device = [f for f in report["findings"] if "infiniband" in (f["path"] or "")]
@@ -161,7 +149,7 @@ def test_rdmaspawn_run_child(kind):
     h = Holder(kind, "all", prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
     h.close()
     r = h.report
-    _record(f"run-{kind}", r)
+    record(f"run-{kind}", r)
     assert r["dc"] is True
     assert len(r["ways"]) == 6
     for way, result in r["ways"].items():

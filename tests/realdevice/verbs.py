@@ -30,6 +30,12 @@ PAGE = os.sysconf("SC_PAGESIZE")
 KINDS = ("malloc", "bytearray", "page")
 
 
+def have_device() -> bool:
+    """Whether this machine has an RDMA device (a uverbs node and a sysfs entry)."""
+    return os.path.exists("/dev/infiniband/uverbs0") and bool(
+        os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else [])
+
+
 class VerbsError(OSError):
     """A libibverbs call failed (no device, a refused registration)."""
 
@@ -96,7 +102,7 @@ class Device:
     def register_kind(self, kind: str) -> int:
         """Make and register the buffer of ``kind`` (see the module); its address."""
         if kind == "malloc":
-            address = _thread_malloc(256)
+            address = thread_malloc(256)
             self.register(address, 256)
         elif kind == "bytearray":
             buf = bytearray(b"r" * 256)
@@ -111,7 +117,7 @@ class Device:
         return address
 
 
-def _thread_malloc(size: int) -> int:
+def thread_malloc(size: int) -> int:
     """malloc(size) in a fresh thread, served from that thread's arena; leaked."""
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
