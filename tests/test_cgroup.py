@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from helpers.child import last_json
 from helpers.hazard import run_with_hazard
+from helpers.report import last_json
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 

@@ -8,7 +8,8 @@ import textwrap
 from typing import Any
 
 import pytest
-from helpers.child import last_json, run_json
+from helpers.child import run_json
+from helpers.report import last_json
 
 # `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
 # real madvise(): a fork() child survives it (nothing touches that page), so

@@ -12,9 +12,9 @@ import os
 import subprocess
 
 import pytest
-from helpers.child import last_json
 from helpers.hazard import run_with_hazard
 from helpers.probe import FLAGS, all_combinations, probe_path, run_combinations
+from helpers.report import last_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["verbs", "madvise"]

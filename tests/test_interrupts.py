@@ -9,7 +9,8 @@ from __future__ import annotations
 import subprocess
 import textwrap
 
-from helpers.child import last_json, python_argv
+from helpers.child import python_argv
+from helpers.report import last_json
 
 
 def _run(code: str, timeout: int = 120) -> dict:

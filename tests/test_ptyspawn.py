@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import textwrap
 
-from helpers.child import last_json
 from helpers.hazard import run_with_hazard
+from helpers.report import last_json
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "setup_probe.py")
 

@@ -12,8 +12,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers.child import last_json
 from helpers.hazard import run_with_hazard
+from helpers.report import last_json
 
 from rdmaspawn.dropin import cpython as _cpython
 

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers.child import last_json
+from helpers.report import last_json
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILERS = ("cc", "gcc", "clang", "zig", "tcc")

@@ -2,7 +2,8 @@
 
 ``hazard``: a snippet in a fresh interpreter with the real DONTFORK hazard
 planted (``run_with_hazard``), and the processes that hold mappings;
-``child``: ``run_json``, a child's last stdout line as JSON; ``libc``: the
+``child``: ``run_json``; ``report``: a child's last stdout line as JSON (imports no
+rdmaspawn); ``libc``: the
 ctypes ``mmap`` setup that child snippets share; ``probe``: the C probe and its
 reports; ``process_state``: a process's children and open fds, imported by
 tests and by their children alike.
