@@ -135,6 +135,15 @@ static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
     return rs_fork_exec_params();
 }
 
+static PyObject *held_fork(PyObject *module, PyObject *args)
+{
+    PyObject *fork, *decide;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OO:held_fork", &fork, &decide))
+        return NULL;
+    return rs_held_fork(fork, decide);
+}
+
 static PyMethodDef functions[] = {
     {"request_pidfd", request_pidfd, METH_NOARGS,
      "The next spawn on this thread keeps a pidfd for the caller."},
@@ -150,6 +159,8 @@ static PyMethodDef functions[] = {
      "fork_exec's parameter names, in the order fork_exec_new wants positions."},
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
      "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
+    {"held_fork", held_fork, METH_VARARGS,
+     "held_fork(fork, decide): fork() with the child held until the guard has looked."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -45,6 +45,9 @@ __all__ = [
     "NoSuchProcessError",
     "all_mappings",
     "all_pids",
+    "device_dontfork_pages",
+    "device_headers",
+    "dontfork_in",
     "dontfork_mappings",
     "exe_path",
     "has_capability",
@@ -313,12 +316,50 @@ def dontfork_mappings(pid: Pid = "self", *, devices: bool = True) -> list[Mappin
     Only the entries carrying ``dc`` are parsed.  Device-file mappings are
     included unless ``devices`` is false.
     """
-    data = read_smaps(pid)
+    return dontfork_in(read_smaps(pid), devices=devices)
+
+
+def dontfork_in(data: bytes, *, devices: bool = True) -> list[Mapping]:
+    """:func:`dontfork_mappings` of ``smaps`` text already read."""
     out = []
     for line_start, line_end in _dc_hits(data):
         m = _parse_block(_block_of(data, line_start, line_end))
         if m is not None and (devices or not m.device):
             out.append(m)
+    return out
+
+
+def device_headers(data: bytes) -> list[bytes]:
+    """The first lines of the device-file mappings in ``maps`` or ``smaps`` text.
+
+    Both files start an entry with the same line, so a line names the same
+    mapping (its range, offset, inode and file) in either.
+    """
+    out = []
+    pos = data.find(b" /dev/")
+    while pos != -1:
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        if end == -1:
+            end = len(data)
+        line = data[start:end]
+        if _is_header(line) and is_device_path(os.fsdecode(_header_path(line))):
+            out.append(line)
+        pos = data.find(b" /dev/", end)
+    return out
+
+
+def device_dontfork_pages(data: bytes) -> dict[bytes, int]:
+    """Each device-file mapping in ``smaps`` text (its first line) -> its pages if ``dc``, else 0."""
+    out = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for line in device_headers(data):
+        at = data.find(line)
+        flags_at = data.find(b"\n" + _VMFLAGS, at)
+        flags_end = data.find(b"\n", flags_at + 1)
+        flags = data[flags_at:flags_end if flags_end != -1 else len(data)] + b" "
+        lo, _, hi = line.split(None, 1)[0].partition(b"-")
+        out[line] = (int(hi, 16) - int(lo, 16)) // page if _DC in flags else 0
     return out
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
-           "close_fd", "environ_snapshot", "fork_exec_params", "fork_exec_new"]
+           "close_fd", "environ_snapshot", "fork_exec_params", "fork_exec_new", "held_fork"]
 
 
 @functools.cache
@@ -81,3 +81,9 @@ fork_exec_params: Callable[[], tuple[str, ...]] | None = _functions.get("fork_ex
 #: fork_exec.c's fork_exec object; None without ctypes.
 fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] | None = \
     _functions.get("fork_exec_new")
+#: ``held_fork(fork, decide)``: csrc/python/heldfork.c, ``fork()`` with its
+#: child held until the parent has compared their total_vm, and
+#: ``decide(pid, pages_left_out)`` asked where they differ (it raises to
+#: refuse); None without ctypes.
+held_fork: Callable[[Callable[[], Any], Callable[[int, int], object]], Any] | None = \
+    _functions.get("held_fork")

@@ -10,10 +10,22 @@
   ``group``/``extra_groups`` are, or (3.10-3.13) when ``subprocess._USE_VFORK``
   is false; 3.14 has no such flag and ignores one set by hand.
 
-Before such a call it checks :func:`rdmaspawn._host.procfs.has_dontfork` (device
-mappings left out) and, if the process holds ``MADV_DONTFORK`` memory, warns
-with :class:`ForkHazardWarning` (then forks) or raises
-:class:`ForkHazardError` (and does not fork).
+If the process holds ``MADV_DONTFORK`` memory (device mappings left out), it
+warns with :class:`ForkHazardWarning` (and forks) or raises
+:class:`ForkHazardError` (and no child is left). How it knows:
+
+- ``os.fork``/``os.forkpty``: the fork goes ahead with its child held before
+  it runs any of the program's code (``csrc/forkwatch.c``), and the kernel's
+  own count says whether the child lacks pages: ``total_vm`` from
+  ``/proc/PID/statm``, read before and after, which costs the same at any
+  number of mappings.  Only where the counts differ does the guard read
+  ``/proc/self/smaps`` (:func:`_after_fork`); a refused child is killed
+  before it runs and reaped.  The same count of pages every time, all of it
+  device memory already seen, is answered from ``/proc/self/maps`` (see
+  :mod:`.devicememo`).
+- ``fork_exec``, and a build without the C core: ``/proc/self/smaps``,
+  searched before the call (:func:`_check`): ``fork_exec`` forks and execs
+  inside one C call, so nothing can be held there.
 
 Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
 
@@ -50,11 +62,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Callable
 
 from .._child.recognize import as_setup
-from .._host.procfs import Mapping, dontfork_mappings, has_dontfork
+from .._host.procfs import Mapping, dontfork_in, dontfork_mappings, has_dontfork, read_smaps
 from ..dropin import cpython as _cpython
 from ..dropin import poolhandler
 from ..dropin import wrapping as _wrapping
 from ..dropin.patch import is_patched
+from . import devicememo
 from .callsite import call_from
 
 __all__ = [
@@ -94,6 +107,7 @@ _installed: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def _check(what: str) -> None:
+    """Before a fork: refuse it or warn if the process holds DONTFORK memory."""
     mode = _mode
     if mode is None:
         return
@@ -103,6 +117,32 @@ def _check(what: str) -> None:
         maps = dontfork_mappings(devices=False)
     except OSError:
         return  # /proc unreadable: never block a spawn on a failed look
+    # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
+    _hazard(what, mode, maps, stacklevel=5)
+
+
+def _after_fork(what: str, pid: int, left_out: int) -> None:
+    """The child of a fork is held and lacks ``left_out`` pages (-1: unknown): refuse or warn.
+
+    Called by held_fork (csrc/python/heldfork.c) only where the parent's and
+    the child's total_vm differ. Raising makes it kill the child unrun.
+    """
+    del pid  # the child: held_fork deals with it
+    mode = _mode
+    if mode is None or devicememo.explains(left_out):
+        return
+    try:
+        data = read_smaps()
+    except OSError:
+        return  # /proc unreadable: never block a fork on a failed look
+    devicememo.learn(data)
+    maps = dontfork_in(data, devices=False)
+    if maps:
+        # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller.
+        _hazard(what, mode, maps, stacklevel=4)
+
+
+def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> None:
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
         shown += f"; and {len(maps) - 5} more"
@@ -115,8 +155,7 @@ def _check(what: str) -> None:
     )
     if mode == "raise":
         raise ForkHazardError(msg, maps)
-    # stacklevel 4: _check -> wrapper -> the caller of os.fork()/fork_exec().
-    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4)
+    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=stacklevel)
 
 
 def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
@@ -146,14 +185,34 @@ def _forks_only_for_preexec(fn: Any) -> bool:
 def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     @functools.wraps(original, updated=())
     def guarded_fork(*args: Any, **kwargs: Any) -> Any:
-        if guarded_fork in _active:
+        caller = sys._getframe(1)
+        inner = guarded_fork.__wrapped__
+
+        def fork() -> Any:
+            # From the caller's line: CPython's warning about forking with
+            # threads (3.12+) names the frame that calls os.fork().
+            return call_from(caller, inner, args, kwargs)
+
+        if guarded_fork not in _active or _mode is None:
+            return fork()
+        held = _held_fork()
+        if held is None:
             _check(what)
-        # From the caller's line: CPython's warning about forking with
-        # threads (3.12+) names the frame that calls os.fork().
-        return call_from(sys._getframe(1), guarded_fork.__wrapped__, args, kwargs)
+            return fork()
+        return held(fork, functools.partial(_after_fork, what))
 
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
+
+
+@functools.lru_cache(maxsize=None)
+def _held_fork() -> Callable[..., Any] | None:
+    """csrc/python/heldfork.c's held_fork, or None where the C core cannot be loaded."""
+    try:
+        from .._native import capi
+    except (ImportError, OSError):
+        return None
+    return capi.held_fork
 
 
 def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
