@@ -145,13 +145,13 @@ def render_block(report: Report, json_ref: str, png_ref: str | None = None) -> s
     return "\n".join(lines)
 
 
-def splice(text: str, block: str) -> str:
-    """`text` with everything between BEGIN and END replaced by `block`."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise MarkerError(f"needs exactly one {BEGIN} and one {END} "
-                          f"(found {text.count(BEGIN)} and {text.count(END)})")
-    head_end = text.index(BEGIN) + len(BEGIN)
-    tail_start = text.index(END)
+def splice(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with everything between the markers (BEGIN and END) replaced by `block`."""
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise MarkerError(f"needs exactly one {begin} and one {end} "
+                          f"(found {text.count(begin)} and {text.count(end)})")
+    head_end = text.index(begin) + len(begin)
+    tail_start = text.index(end)
     if tail_start < head_end:
-        raise MarkerError(f"{END} comes before {BEGIN}")
+        raise MarkerError(f"{end} comes before {begin}")
     return text[:head_end] + "\n" + block.strip("\n") + "\n" + text[tail_start:]

@@ -247,3 +247,86 @@ def test_cpythons_fork_warning_blames_the_caller(tmp_path: Any) -> None:
         assert out["stock"] == expected
         assert out["guarded fork"] == expected, action
         assert out["guarded forkpty"] == [["DeprecationWarning", str(script), pty_line]]
+
+
+def test_forks_without_dontfork_memory_read_no_smaps() -> None:
+    """os.fork()/os.forkpty() under the guard, with nothing marked, never open
+    /proc/self/smaps (the kernel's count of the child's pages clears them),
+    while a marked page still costs one look per fork. Before the held fork,
+    every guarded fork read smaps."""
+    out = run("""
+        opened = []
+        sys.addaudithook(lambda event, args: event == "open" and "smaps" in str(args[0])
+                         and opened.append(args[0]))
+        G.guard("raise")
+        for _ in range(20):
+            fork_and_exit()
+        pid, fd = os.forkpty()
+        if pid == 0:
+            os._exit(0)
+        os.close(fd)
+        os.waitpid(pid, 0)
+        out["clean"] = len(opened)
+        mark()
+        G.guard("warn")
+        for _ in range(3):
+            attempt("marked", fork_and_exit)
+        out["marked"] = len(opened) - out["clean"]
+    """)
+    assert out["clean"] == 0, out
+    assert out["marked"] == 3, out
+
+
+def test_a_refused_child_never_runs_the_program() -> None:
+    """A refused os.fork()/os.forkpty() has made a child, held before it ran
+    anything of the program's: it is killed there (no after-fork hook of the
+    program runs in it), reaped, and a pty's fd closed; the same where a
+    warning made an error refuses it."""
+    out = run("""
+        import tempfile, warnings
+        trace = tempfile.mktemp()
+        def in_child():
+            with open(trace, "a") as f:
+                f.write("ran\\n")
+        os.register_at_fork(after_in_child=in_child)
+        mark()
+        from helpers.process_state import children, open_fds
+        fds = open_fds()
+        G.guard("raise")
+        attempt("fork", os.fork)
+        attempt("forkpty", os.forkpty)
+        G.guard("warn")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                out["warning"] = os.fork()
+            except Warning as e:
+                out["warning"] = {"error": type(e).__name__}
+        out["children"] = children()
+        out["fds"] = open_fds() == fds
+        out["ran"] = os.path.exists(trace)
+    """)
+    assert out["fork"]["error"] == "ForkHazardError", out
+    assert out["forkpty"]["error"] == "ForkHazardError", out
+    assert out["warning"]["error"] == "ForkHazardWarning", out
+    assert out["children"] == [] and out["fds"] is True and out["ran"] is False, out
+
+
+def test_the_warning_names_the_caller() -> None:
+    """warn mode: the fork goes ahead, and its ForkHazardWarning names the
+    line that called os.fork(), not the guard."""
+    out = run("""
+        import warnings
+        mark()
+        G.guard("warn")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            pid = os.fork()  # THE FORK
+            if pid == 0:
+                os._exit(3)
+        out["status"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        import linecache
+        out["where"] = [linecache.getline(x.filename, x.lineno).strip() for x in w]
+    """)
+    assert out["status"] == 3
+    assert out["where"] == ["pid = os.fork()  # THE FORK"], out

@@ -205,7 +205,7 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     return guarded_fork
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _held_fork() -> Callable[..., Any] | None:
     """csrc/python/heldfork.c's held_fork, or None where the C core cannot be loaded."""
     try:

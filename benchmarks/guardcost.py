@@ -1,0 +1,143 @@
+"""What ``rdmaspawn.guard()`` adds to each ``os.fork()``, side by side with a plain fork.
+
+For each shape of process (a number of separate mappings, and memory in them
+that the kernel must walk), times ``os.fork()`` + ``waitpid()`` of a child
+that exits at once, three ways in turn, round after round, so that the
+machine's load hits all three alike:
+
+- plain: no guard;
+- guarded: ``guard("warn")`` on, no DONTFORK memory (so it forks every time):
+  what the guard costs a program in production;
+- smaps first: no guard, but ``/proc/self/smaps`` searched before each fork,
+  which is what the guard did before it held the child (and still does for
+  ``fork_exec``).
+
+Prints the medians and the ratios to plain; nothing here passes or fails.
+``--doc PAGE`` also writes the table between the page's guardcost markers
+(docs/doctor-and-guard.md holds them).
+
+    python -m rdmaspawn.bench.guardcost [--shapes 300:0,3000:0,30000:0,300:1024]
+                                        [--rounds 21] [--doc PAGE]
+"""
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import rdmaspawn
+from rdmaspawn._host.procfs import has_dontfork
+
+from .readme import splice
+
+BEGIN = "<!-- guardcost:begin -->"
+END = "<!-- guardcost:end -->"
+MiB = 1 << 20
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps", "rb") as f:
+        return f.read().count(b"\n")
+
+
+def _grow(mappings: int, resident_mib: int, keep: list[mmap.mmap]) -> None:
+    """At least this many mappings and this much resident anonymous memory."""
+    # Neighbouring anonymous mappings with the same protection merge into
+    # one; alternating read-only and read-write pages keeps them apart.
+    while _mappings() < mappings:
+        for i in range(min(1000, mappings - _mappings())):
+            m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            m[0] = 1  # in memory: page tables to copy and to walk
+            keep.append(m)
+            if i % 2:
+                keep.append(mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ))
+    held = sum(len(m) for m in keep if len(m) > mmap.PAGESIZE) // MiB
+    if resident_mib > held:
+        big = mmap.mmap(-1, (resident_mib - held) * MiB)
+        for at in range(0, len(big), mmap.PAGESIZE):
+            big[at] = 1
+        keep.append(big)
+
+
+def _fork_once() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _smaps_first() -> None:
+    has_dontfork()
+    _fork_once()
+
+
+def _timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def measure(rounds: int) -> tuple[float, float, float]:
+    """Median ms of a plain fork, a guarded one and one after a search of smaps."""
+    times: dict[str, list[float]] = {"plain": [], "guarded": [], "first": []}
+    kinds = list(times)
+    for r in range(rounds):
+        for kind in kinds[r % 3:] + kinds[:r % 3]:  # each kind in each place in turn
+            if kind == "guarded":
+                rdmaspawn.guard("warn")
+                try:
+                    times[kind].append(_timed(_fork_once))
+                finally:
+                    rdmaspawn.unguard()
+            else:
+                times[kind].append(_timed(_fork_once if kind == "plain" else _smaps_first))
+    plain, guarded, first = (statistics.median(times[k]) for k in kinds)
+    return plain, guarded, first
+
+
+def table(shapes: list[tuple[int, int]], rounds: int) -> list[str]:
+    lines = ["| mappings | resident | plain fork | guarded | guarded / plain | smaps first | smaps first / plain |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    keep: list[mmap.mmap] = []
+    for mappings, resident in sorted(shapes):
+        _grow(mappings, resident, keep)
+        plain, guarded, first = measure(rounds)
+        lines.append(f"| {_mappings():,} | {resident:,} MiB | {plain:.2f} ms | {guarded:.2f} ms | "
+                     f"{guarded / plain:.2f}x | {first:.2f} ms | {first / plain:.2f}x |")
+    return lines
+
+
+def _shape(text: str) -> tuple[int, int]:
+    mappings, _, resident = text.partition(":")
+    return int(mappings), int(resident or 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default="300:0,3000:0,30000:0,300:1024",
+                        help="MAPPINGS:RESIDENT_MIB,... (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--doc", type=Path, help="write the table between this page's markers")
+    args = parser.parse_args()
+    if args.doc:
+        splice(args.doc.read_text(), "", BEGIN, END)  # fail now, not after the run
+    shapes = [_shape(s) for s in args.shapes.split(",")]
+    head = (f"`python -m rdmaspawn.bench.guardcost --rounds {args.rounds}`, "
+            f"{os.cpu_count()} CPUs ({platform.machine()}), Linux {platform.release()}, "
+            f"CPython {platform.python_version()}; medians of {args.rounds} rounds, each round "
+            "one fork of each kind:")
+    lines = [head, "", *table(shapes, args.rounds)]
+    print("\n".join(lines))
+    if args.doc:
+        block = "\n".join(["<!-- Generated by `python -m rdmaspawn.bench.guardcost --doc`; "
+                           "edits here are overwritten. -->", *lines])
+        args.doc.write_text(splice(args.doc.read_text(), block, BEGIN, END))
+
+
+if __name__ == "__main__":
+    main()
