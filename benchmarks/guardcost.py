@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import rdmaspawn
 from rdmaspawn._host.procfs import has_dontfork
+from rdmaspawn.tools.guard import guard, unguard
 
 from .readme import splice
 
@@ -89,11 +89,11 @@ def measure(rounds: int) -> tuple[float, float, float]:
     for r in range(rounds):
         for kind in kinds[r % 3:] + kinds[:r % 3]:  # each kind in each place in turn
             if kind == "guarded":
-                rdmaspawn.guard("warn")
+                guard("warn")
                 try:
                     times[kind].append(_timed(_fork_once))
                 finally:
-                    rdmaspawn.unguard()
+                    unguard()
             else:
                 times[kind].append(_timed(_fork_once if kind == "plain" else _smaps_first))
     plain, guarded, first = (statistics.median(times[k]) for k in kinds)

@@ -62,7 +62,9 @@ SUBSET="$CLONE_SUBSET
   tests/test_run.py::test_every_child_survives_under_run[mp_process]
   tests/test_run.py::test_every_child_survives_under_run[pool]
   tests/test_run.py::test_console_script_and_environment
-  tests/test_clonepath.py::test_variable_moves_spawns_to_clone"
+  tests/test_clonepath.py::test_variable_moves_spawns_to_clone
+  tests/test_guard.py::test_forks_without_dontfork_memory_read_no_smaps
+  tests/test_guard.py::test_a_refused_child_never_runs_the_program"
 PACKAGES="python3,dash,coreutils,libibverbs1"
 
 repo=${CI_REPO:?} work=${CI_WORK:?} wheelhouse=${CI_WHEELHOUSE:?}

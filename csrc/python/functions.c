@@ -160,7 +160,7 @@ static PyMethodDef functions[] = {
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
      "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
     {"held_fork", held_fork, METH_VARARGS,
-     "held_fork(fork, decide): fork() with the child held until the guard has looked."},
+     "held_fork(f, decide): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},
 };
 
