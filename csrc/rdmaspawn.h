@@ -31,14 +31,26 @@ enum rs_step {
     RS_STEP_PREPARE = 14,   /* parent: memory for the request */
     /* The declarative setup (setup.c), in the order the child runs it. */
     RS_STEP_SIGACTION = 15,     /* ignore_signals / default_signals */
-    RS_STEP_CGROUP = 16,        /* writing itself into cgroup.procs */
-    RS_STEP_CTTY = 17,          /* TIOCSCTTY */
-    RS_STEP_RLIMIT = 18,        /* prlimit64 */
-    RS_STEP_NICE = 19,          /* setpriority */
-    RS_STEP_IOPRIO = 20,        /* ioprio_set */
-    RS_STEP_AFFINITY = 21,      /* sched_setaffinity */
-    RS_STEP_NO_NEW_PRIVS = 22,  /* prctl(PR_SET_NO_NEW_PRIVS) */
-    RS_STEP_PDEATHSIG = 23      /* prctl(PR_SET_PDEATHSIG) */
+    RS_STEP_SETUP_SETSID = 16,  /* the setup's setsid (a preexec_fn's os.setsid) */
+    RS_STEP_SETUP_SETPGID = 17, /* the setup's setpgid, after the request's */
+    RS_STEP_CGROUP = 18,        /* writing itself into cgroup.procs */
+    RS_STEP_CTTY = 19,          /* TIOCSCTTY */
+    RS_STEP_RLIMIT = 20,        /* prlimit64 */
+    RS_STEP_NICE = 21,          /* setpriority */
+    RS_STEP_IOPRIO = 22,        /* ioprio_set */
+    RS_STEP_AFFINITY = 23,      /* sched_setaffinity */
+    RS_STEP_NO_NEW_PRIVS = 24,  /* prctl(PR_SET_NO_NEW_PRIVS) */
+    RS_STEP_PDEATHSIG = 25      /* prctl(PR_SET_PDEATHSIG) */
+};
+
+/* struct rs_setup's session: what its setsid() is. */
+enum rs_session {
+    RS_SESSION_KEEP = 0,
+    RS_SESSION_NEW = 1,         /* setsid() unless the child leads a session
+                                   already (start_new_session=True did it):
+                                   rdmaspawn.preexec.new_session(), a ctty */
+    RS_SESSION_SETSID = 2       /* setsid() as os.setsid does it, refused where
+                                   the child leads a session or a group */
 };
 
 /* How the child closes the fds it must not inherit (tests force each). */
@@ -75,6 +87,9 @@ struct rs_rlimit {
  * optional. Signal sets are bit masks, bit (sig - 1) for signal sig.
  */
 struct rs_setup {
+    int session;                /* enum rs_session */
+    int set_pgid;
+    int pgid;                   /* setpgid(0, pgid), after the request's own */
     int cgroup_fd;              /* -1, or a cgroup v2 directory: CLONE_INTO_CGROUP */
     int cgroup_procs_fd;        /* -1, or its cgroup.procs, open for writing:
                                    the child joins through it where clone3

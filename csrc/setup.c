@@ -8,9 +8,12 @@
  *   1. rs_setup_signals(), with the handlers reset and before the mask is
  *      restored: ignore_signals -> SIG_IGN, default_signals -> SIG_DFL.
  *   2. rs_setup_mask(): the mask the child runs and execs with.
- *   3. rs_setup_early(), after setsid/setpgid and before the ids change, so
- *      that a limit or a priority a dropped user may not set still can be:
- *      cgroup (where clone3 did not place the child), controlling tty,
+ *   3. rs_setup_early(), after the request's setsid/setpgid and before the
+ *      ids change, so that a limit or a priority a dropped user may not set
+ *      still can be: the setup's own session and group (after the request's,
+ *      as CPython calls preexec_fn after start_new_session and process_group,
+ *      so that os.setsid is refused where it is refused there), cgroup
+ *      (where clone3 did not place the child), controlling tty,
  *      rlimits, nice, ioprio, CPU affinity. With early_after_ids (a
  *      preexec_fn's steps) right after the ids change instead, where CPython
  *      calls preexec_fn, so that the same value is refused the same way.
@@ -86,10 +89,30 @@ static long add_nice(int increment)
     return rc == -EACCES ? -EPERM : rc;
 }
 
+/* setsid(), or nothing where "new" and the child leads its session already. */
+static long new_session(int session)
+{
+    if (session == RS_SESSION_NEW &&
+        rs_sys1(SYS_getsid, 0) == rs_sys1(SYS_getpid, 0))
+        return 0;
+    long rc = rs_sys1(SYS_setsid, 0);
+    return rc < 0 ? rc : 0;
+}
+
 long rs_setup_early(const struct rs_setup *s, int in_cgroup, int *step)
 {
     long rc;
 
+    if (s->session != RS_SESSION_KEEP) {
+        *step = RS_STEP_SETUP_SETSID;
+        if ((rc = new_session(s->session)) < 0)
+            return rc;
+    }
+    if (s->set_pgid) {
+        *step = RS_STEP_SETUP_SETPGID;
+        if ((rc = rs_sys2(SYS_setpgid, 0, s->pgid)) < 0)
+            return rc;
+    }
     if (s->cgroup_procs_fd >= 0 && !in_cgroup) {
         *step = RS_STEP_CGROUP;
         if ((rc = join_cgroup(s->cgroup_procs_fd)) < 0)
@@ -152,6 +175,8 @@ long rs_setup_late(const struct rs_setup *s, int *step)
 
 static const char *const setup_step_names[] = {
     [RS_STEP_SIGACTION - RS_STEP_SIGACTION] = "sigaction",
+    [RS_STEP_SETUP_SETSID - RS_STEP_SIGACTION] = "setsid",
+    [RS_STEP_SETUP_SETPGID - RS_STEP_SIGACTION] = "setpgid",
     [RS_STEP_CGROUP - RS_STEP_SIGACTION] = "cgroup",
     [RS_STEP_CTTY - RS_STEP_SIGACTION] = "ioctl",
     [RS_STEP_RLIMIT - RS_STEP_SIGACTION] = "setrlimit",

@@ -27,6 +27,9 @@ class RsResult(CData):
 class RsSetup(CData):
     """``struct rs_setup *`` (the declarative setup)."""
 
+    session: int
+    set_pgid: int
+    pgid: int
     cgroup_fd: int
     cgroup_procs_fd: int
     cgroup_procs_path: CData
@@ -91,6 +94,8 @@ class Lib:
     RS_STEP_EXEC: int
     RS_STEP_PREPARE: int
     RS_STEP_SIGACTION: int
+    RS_STEP_SETUP_SETSID: int
+    RS_STEP_SETUP_SETPGID: int
     RS_STEP_CGROUP: int
     RS_STEP_CTTY: int
     RS_STEP_RLIMIT: int
@@ -99,6 +104,10 @@ class Lib:
     RS_STEP_AFFINITY: int
     RS_STEP_NO_NEW_PRIVS: int
     RS_STEP_PDEATHSIG: int
+    # enum rs_session
+    RS_SESSION_KEEP: int
+    RS_SESSION_NEW: int
+    RS_SESSION_SETSID: int
     # enum rs_close_method
     RS_CLOSE_AUTO: int
     RS_CLOSE_PROC: int

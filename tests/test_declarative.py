@@ -377,3 +377,62 @@ def test_preexec_fn_runs_after_the_id_change_as_in_cpython(how: str) -> None:
     for name, result in out["ours"].items():
         assert result in (["ChildSetupError", True], ["SubprocessError", True]), (name, out)
     assert out["keywords"] == [0, 0]
+
+
+#: preexec_fn values that set the session or the group, against the keywords
+#: that did it first in CPython's child (setsid, then setpgid, then preexec_fn).
+SESSION_VALUES = {
+    "os.setsid": "os.setsid",
+    "os.setpgrp": "os.setpgrp",
+    "partial(os.setpgid, 0, 0)": "functools.partial(os.setpgid, 0, 0)",
+    "preexec.new_session()": "P.new_session()",
+}
+
+
+@pytest.mark.parametrize("how", ["rdmaspawn.Popen", "patch()"])
+def test_session_and_group_values_fail_where_cpython_fails(how: str) -> None:
+    """os.setsid as preexec_fn is refused where the child leads a session or
+    a group already (start_new_session=True, process_group=0), and a group
+    set by process_group= comes before it, as in CPython's child; the
+    engine's child gave a new session silently, and refused process_group
+    with os.setsid where CPython allows it. Every outcome is the stock one,
+    and the engine carried out every spawn (no fork)."""
+    code = textwrap.dedent(f"""
+        import functools, itertools, json, os, subprocess, sys, rdmaspawn
+        import rdmaspawn.preexec as P
+        from rdmaspawn._native import engine
+        values = {SESSION_VALUES!r}
+        groups = [None, 0, os.getpgrp()] if sys.version_info >= (3, 11) else [None]
+        probe = [sys.executable, "-c",
+                 "import os; print(os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid())"]
+        def outcome(popen, value, new_session, group):
+            kwargs = {{"preexec_fn": eval(value), "start_new_session": new_session}}
+            if group is not None:
+                kwargs["process_group"] = group
+            try:
+                with popen(probe, stdout=subprocess.PIPE, text=True, **kwargs) as proc:
+                    return proc.communicate()[0].split()
+            except Exception as exc:
+                if isinstance(exc, subprocess.SubprocessError):  # ChildSetupError is one
+                    return ["SubprocessError", None]
+                return [type(exc).__name__, getattr(exc, "errno", None)]
+        cases = list(itertools.product(values, [False, True], groups))
+        stock = [outcome(subprocess.Popen, values[v], s, g) for v, s, g in cases]
+        if {how!r} == "patch()":
+            rdmaspawn.patch()
+        popen = rdmaspawn.Popen if {how!r} == "rdmaspawn.Popen" else subprocess.Popen
+        before = engine.spawn_count()
+        ours = [outcome(popen, values[v], s, g) for v, s, g in cases]
+        print(json.dumps({{"cases": cases, "stock": stock, "ours": ours,
+                           "spawns": engine.spawn_count() - before}}))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    differ = [(case, s, o) for case, s, o in zip(out["cases"], out["stock"], out["ours"])
+              if s != o]
+    assert differ == [], differ
+    # os.setsid after start_new_session=True fails there: the test can fail
+    assert ["SubprocessError", None] in out["stock"] and ["True", "True"] in out["stock"]
+    assert out["spawns"] == len(out["cases"])

@@ -17,7 +17,7 @@ from rdmaspawn._child.model import ChildSetup
 from rdmaspawn._child.recognize import as_setup
 
 RECOGNISED = [
-    (os.setsid, ChildSetup(setsid=True)),
+    (os.setsid, ChildSetup(os_setsid=True)),
     (os.setpgrp, ChildSetup(pgid=0)),
     (functools.partial(os.setpgid, 0, 0), ChildSetup(pgid=0)),
     (functools.partial(os.nice, 5), ChildSetup(nice=5)),
@@ -32,7 +32,7 @@ RECOGNISED = [
     (functools.partial(signal.pthread_sigmask, signal.SIG_SETMASK, [signal.SIGINT]),
      ChildSetup(signal_mask=frozenset({signal.SIGINT}))),
     (P.pdeathsig(signal.SIGKILL), ChildSetup(pdeathsig=signal.SIGKILL)),
-    (P.chain(os.setsid, functools.partial(os.nice, 2)), ChildSetup(setsid=True, nice=2)),
+    (P.chain(os.setsid, functools.partial(os.nice, 2)), ChildSetup(os_setsid=True, nice=2)),
 ]
 
 NOT_RECOGNISED = [

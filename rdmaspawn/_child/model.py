@@ -45,10 +45,15 @@ class ChildSetup(NamedTuple):
     ``rlimits`` is a tuple of ``(resource, soft, hard)``; signal sets hold
     signal numbers; ``ctty`` is a fd (as numbered in the child once stdin,
     stdout and stderr are in place) that becomes the controlling terminal of
-    a new session; ``pgid`` is for ``setpgid(0, pgid)``.
+    a new session; ``pgid`` is for ``setpgid(0, pgid)``. ``setsid`` is a new
+    session unless the child leads one already (``new_session()``, which
+    ``start_new_session=True`` may have done); ``os_setsid`` is
+    ``os.setsid`` itself as ``preexec_fn``, refused where the child leads a
+    session or a group already, as it is under CPython.
     """
 
     setsid: bool = False
+    os_setsid: bool = False
     pgid: int | None = None
     umask: int | None = None
     ignore_signals: frozenset[int] = frozenset()
@@ -75,7 +80,9 @@ class ChildSetup(NamedTuple):
     def __call__(self) -> None:
         """Do it all with Python calls: the value as a stock ``preexec_fn``."""
         parent = os.getppid()
-        if (self.setsid or self.ctty is not None) and os.getsid(0) != os.getpid():
+        if self.os_setsid:
+            os.setsid()
+        elif (self.setsid or self.ctty is not None) and os.getsid(0) != os.getpid():
             os.setsid()  # not twice: start_new_session=True did it already
         if self.pgid is not None:
             os.setpgid(0, self.pgid)
@@ -208,6 +215,7 @@ def rlimit_value(value: int) -> int:
 def build(
     *,
     setsid: bool = False,
+    os_setsid: bool = False,
     pgid: int | None = None,
     umask: int | None = None,
     pdeathsig: int | None = None,
@@ -244,6 +252,7 @@ def build(
         ioprio = (_int(klass, "ioprio class", 0, 7), _int(level, "ioprio level", 0, 7))
     return ChildSetup(
         setsid=bool(setsid),
+        os_setsid=bool(os_setsid),
         pgid=None if pgid is None else _int(pgid, "pgid", 0, 0x7FFFFFFF),
         umask=None if umask is None else _int(umask, "umask", 0, 0o7777),
         ignore_signals=_signals(ignore_signals),

@@ -40,15 +40,6 @@ class ChildSetupError(OSError, subprocess.SubprocessError):
         return f"{super().__str__()} (originated from {self.step}() in the child's setup)"
 
 
-def _setup_steps() -> frozenset[str]:
-    names = (ffi.string(lib.rs_step_name(step)).decode()
-             for step in range(lib.RS_STEP_SIGACTION, lib.RS_STEP_PDEATHSIG + 1))
-    return frozenset(names)
-
-
-_SETUP_STEPS = _setup_steps()
-
-
 def _open_high(path: str, flags: int) -> int:
     fd = os.open(path, flags | os.O_CLOEXEC)
     if fd < 3:
@@ -82,6 +73,12 @@ def packed(setup: ChildSetup, ids_change: bool = False) -> Iterator[Any]:
     try:
         s = ffi.new("struct rs_setup *")
         s.cgroup_fd = s.cgroup_procs_fd = -1
+        if setup.os_setsid:
+            s.session = lib.RS_SESSION_SETSID
+        elif setup.setsid or setup.ctty is not None:
+            s.session = lib.RS_SESSION_NEW
+        if setup.pgid is not None:
+            s.set_pgid, s.pgid = 1, setup.pgid
         procs_path = None
         if setup.cgroup is not None and ids_change and not setup.privileged_first:
             # A preexec_fn's: joined as the new user, as under CPython.
@@ -138,24 +135,16 @@ def spawn_with(request: SpawnRequest,
     """``spawn_packed(request, setup_ptr)`` with ``request.setup`` packed and
     carried out in the child.
 
-    The setup's session, process group and umask become the request's; a
-    death signal makes the spawn follow the process (see ``spawner``).
+    The setup's umask becomes the request's (the last one set wins, and a
+    umask cannot fail); a death signal makes the spawn follow the process
+    (see ``spawner``). The setup's session and group are its own steps,
+    after the request's, as CPython calls preexec_fn after
+    start_new_session= and process_group=.
     """
     setup = request.setup
     assert setup is not None
-    # The request's steps that only the setup asked for: their failure is the
-    # setup's (CPython: "Exception occurred in preexec_fn."), not the
-    # OSError that a failed start_new_session= or process_group= gives.
-    steps = set(_SETUP_STEPS)
-    if (setup.setsid or setup.ctty is not None) and not request.flags & lib.RS_F_SETSID:
-        request = request._replace(flags=request.flags | lib.RS_F_SETSID)
-        steps.add("setsid")
     if setup.umask is not None:
         request = request._replace(umask=setup.umask)
-    if setup.pgid is not None:
-        if request.pgid is None or request.pgid < 0:
-            steps.add("setpgid")
-        request = request._replace(pgid=setup.pgid)
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
@@ -171,9 +160,12 @@ def spawn_with(request: SpawnRequest,
                 return call()
             return run_as_process(call, _dispose)  # type: ignore[no-any-return]
         except OSError as err:
-            step = getattr(err, "step", None)
-            if step not in steps:
+            # The setup's failure is CPython's "Exception occurred in
+            # preexec_fn."; the request's (start_new_session=, cwd=, ...) is
+            # the OSError CPython gives for it.
+            if not getattr(err, "in_setup", False):
                 raise
+            step = getattr(err, "step", "")
             filename = err.filename
             if step == "cgroup":
                 filename = os.path.join(str(setup.cgroup), "cgroup.procs")

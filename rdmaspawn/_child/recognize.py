@@ -23,7 +23,7 @@ from .model import Chain, ChildSetup, build, merge
 __all__ = ["as_setup"]
 
 _PLAIN: dict[Callable[..., Any], dict[str, Any]] = {
-    os.setsid: {"setsid": True},
+    os.setsid: {"os_setsid": True},
     os.setpgrp: {"pgid": 0},
 }
 

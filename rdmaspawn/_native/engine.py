@@ -65,6 +65,8 @@ class SpawnError(OSError):
     errno: int
     step: str
     pid: int | None
+    #: The step was the declarative setup's (csrc/setup.c), not the request's.
+    in_setup: bool = False
 
     def __init__(self, err: int, step: str, filename: object = None,
                  pid: int | None = None) -> None:
@@ -303,7 +305,9 @@ def spawn_packed(request: SpawnRequest, setup_ptr: Any) -> tuple[int, int]:
             filename = cwd
         elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
             filename = exec_list[res.exec_index]  # the path whose error this is
-        raise SpawnError(res.err, step, filename, pid)
+        error = SpawnError(res.err, step, filename, pid)
+        error.in_setup = res.step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
+        raise error
     return res.pid, res.pidfd
 
 

@@ -785,7 +785,9 @@ static void test_misc(void)
     CHECK(!strcmp(out[0], "ab") && !strcmp(out[1], "") && !strcmp(out[2], "cde") &&
           out[3] == NULL, "rs_split_blob");
     CHECK(!strcmp(rs_step_name(RS_STEP_RLIMIT), "setrlimit") &&
-          !strcmp(rs_step_name(RS_STEP_PDEATHSIG), "prctl"), "rs_step_name: setup steps");
+          !strcmp(rs_step_name(RS_STEP_PDEATHSIG), "prctl") &&
+          !strcmp(rs_step_name(RS_STEP_SETUP_SETSID), "setsid") &&
+          !strcmp(rs_step_name(RS_STEP_SETUP_SETPGID), "setpgid"), "rs_step_name: setup steps");
     CHECK(!strcmp(rs_step_name(RS_STEP_CHDIR), "chdir") &&
           !strcmp(rs_step_name(-1), "unknown") && !strcmp(rs_step_name(99), "unknown"),
           "rs_step_name");
