@@ -11,27 +11,35 @@ from __future__ import annotations
 # First: a source tree without its build fails here, in one line that says
 # what to do, rather than deep inside an import chain.
 from ._startup import sourcetree as _sourcetree  # noqa: F401  # isort: skip
-from subprocess import (
-    DEVNULL,
-    PIPE,
-    STDOUT,
-    CalledProcessError,
-    CompletedProcess,
-    SubprocessError,
-    TimeoutExpired,
-)
+import sys
 from typing import TYPE_CHECKING, Any
 
-from . import preexec
-from ._child.pack import ChildSetupError
-from ._native.engine import ForkInitError, ForkStatus, SpawnError, fork_init, fork_status, spawn
-from .dropin.forkexec import PreexecFnError
-from .dropin.patch import get_context, is_patched, patch, patched, unpatch
-from .dropin.popen import getoutput, getstatusoutput
-
 if TYPE_CHECKING:
-    # CPython's signatures with rdmaspawn's keywords (scripts/subprocess-stub),
-    # and the lazily loaded tools by their real types.
+    from subprocess import (
+        DEVNULL,
+        PIPE,
+        STDOUT,
+        CalledProcessError,
+        CompletedProcess,
+        SubprocessError,
+        TimeoutExpired,
+    )
+
+    from . import preexec
+    from ._child.pack import ChildSetupError
+    from ._native.engine import (
+        ForkInitError,
+        ForkStatus,
+        SpawnError,
+        fork_init,
+        fork_status,
+        spawn,
+    )
+    from .dropin.forkexec import PreexecFnError
+    from .dropin.patch import get_context, is_patched, patch, patched, unpatch
+    from .dropin.popen import getoutput, getstatusoutput
+
+    # CPython's signatures with rdmaspawn's keywords (scripts/subprocess-stub).
     from .dropin.signatures import Popen, call, check_call, check_output, run
     from .ptyspawn import pty_spawn
     from .tools.doctor import doctor
@@ -43,8 +51,6 @@ if TYPE_CHECKING:
         is_guarded,
         unguard,
     )
-else:
-    from .dropin.popen import Popen, call, check_call, check_output, run
 
 __version__ = "0.1.0"
 
@@ -59,16 +65,56 @@ __all__ = [
     "ForkHazardWarning", "get_context",
 ]
 
-# The user tools load on first use: importing rdmaspawn stays cheap.
-_LAZY = {"pty_spawn": ".ptyspawn", "doctor": ".tools.doctor", "guard": ".tools.guard",
-         "unguard": ".tools.guard", "guarded": ".tools.guard", "is_guarded": ".tools.guard",
-         "ForkHazardError": ".tools.guard", "ForkHazardWarning": ".tools.guard"}
+# Names load on first use (PEP 562): RDMASPAWN's start-up hook imports this
+# package in every interpreter of a job, most of which never spawn, so there
+# subprocess and the engine wait for the program's own first spawn. A
+# program's own import loads the drop-in at once (see the end of this file).
+_HOMES = {
+    "subprocess": ("DEVNULL", "PIPE", "STDOUT", "CalledProcessError", "CompletedProcess",
+                   "SubprocessError", "TimeoutExpired"),
+    "._child.pack": ("ChildSetupError",),
+    "._native.engine": ("ForkInitError", "ForkStatus", "SpawnError", "fork_init",
+                        "fork_status", "spawn"),
+    ".dropin.forkexec": ("PreexecFnError",),
+    ".dropin.patch": ("get_context", "is_patched", "patch", "patched", "unpatch"),
+    ".dropin.popen": ("getoutput", "getstatusoutput", "Popen", "call", "check_call",
+                      "check_output", "run"),
+    ".ptyspawn": ("pty_spawn",),
+    ".tools.doctor": ("doctor",),
+    ".tools.guard": ("guard", "unguard", "guarded", "is_guarded", "ForkHazardError",
+                     "ForkHazardWarning"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+# What a program's own `import rdmaspawn` loads at once; the tools load on use.
+_DROPIN = ("subprocess", "._child.pack", "._native.engine", ".dropin.forkexec",
+           ".dropin.patch", ".dropin.popen")
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
-        module = importlib.import_module(_LAZY[name], __name__)
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "preexec":
+        value: Any = importlib.import_module(".preexec", __name__)
+    elif name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _imported_by_site() -> bool:
+    """Whether site.py is importing this package (the .pth hook, a sitecustomize)."""
+    spec = getattr(sys.modules.get("site"), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+# As `import subprocess` loads subprocess: a program may drop privileges or
+# chroot right after its imports, and find the library out of its reach.
+if not _imported_by_site():
+    for _name in ("preexec", *(n for m in _DROPIN for n in _HOMES[m])):
+        __getattr__(_name)

@@ -10,6 +10,7 @@ after the hook and keep the last word.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -267,3 +268,45 @@ def test_on_leaves_the_heavy_modules_unimported() -> None:
     for value in (None, "on"):
         r = python("-c", code, value=value)
         assert (r.returncode, r.stdout.strip()) == (0, "[]"), (value, r.stdout, r.stderr)
+
+
+def test_on_loads_the_engine_with_subprocess_not_before() -> None:
+    """``on`` costs an interpreter that never spawns only the guard of
+    os.fork: subprocess, the patch and the engine load with the program's
+    own first import of subprocess (or of _posixsubprocess, or its first
+    os.spawn*, or of one of rdmaspawn's modules that import it), and each
+    route then goes through the engine, guarded."""
+    code = textwrap.dedent("""\
+        import json, os, sys
+        out = {"at_start": [m for m in ("subprocess", "rdmaspawn._native.engine",
+                                        "rdmaspawn.dropin.patch") if m in sys.modules],
+               "fork_guarded": getattr(os.fork, "__rdmaspawn_guard__", False)}
+        how = sys.argv[1]
+        if how == "spawnv":
+            out["status"] = os.spawnv(os.P_WAIT, "/bin/true", ["true"])
+        elif how == "_posixsubprocess":
+            import _posixsubprocess
+        elif how == "own":  # one of rdmaspawn's modules is the first to import it
+            from rdmaspawn.dropin.popen import Popen
+        else:
+            import subprocess
+            out["status"] = subprocess.run(["/bin/true"]).returncode
+        import subprocess, rdmaspawn
+        from rdmaspawn._native import engine
+        from rdmaspawn.dropin import cpython
+        home, attr = cpython.require().home
+        fork_exec = getattr(sys.modules[home], attr)
+        out.update(patched=rdmaspawn.is_patched(), spawns=engine.spawn_count(),
+                   exec_guarded=getattr(fork_exec, "__rdmaspawn_guard__", False),
+                   engine_below=getattr(fork_exec.__wrapped__, "__rdmaspawn__", False))
+        print(json.dumps(out))
+    """)
+    for how, spawns in (("subprocess", 1), ("spawnv", 1), ("_posixsubprocess", 0),
+                        ("own", 0)):
+        r = python("-c", code, how, value="on")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["at_start"] == [] and out["fork_guarded"], (how, out)
+        assert (out["patched"], out["exec_guarded"], out["engine_below"]) == (True, True, True), \
+            (how, out)
+        assert out["spawns"] == spawns and out.get("status", 0) == 0, (how, out)

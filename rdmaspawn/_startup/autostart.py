@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Callable
 
-from .onimport import when_imported
+from .onimport import after_subprocess, when_imported
 from .switch import VARIABLE, Settings, parse
 
 __all__ = ["start", "apply"]
@@ -37,9 +37,12 @@ def apply(settings: Settings) -> list[str]:
     """Do what ``settings`` asks in this process; return what was done, in words."""
     done: list[str] = []
     if settings.patch:
-        from ..dropin.patch import patch
+        if "subprocess" in sys.modules:
+            from ..dropin.patch import patch
 
-        patch()
+            patch()
+        else:
+            _patch_with_subprocess()
         done.append("patch()")
     if settings.guard is not None:
         from ..tools.guard import guard
@@ -57,8 +60,38 @@ def apply(settings: Settings) -> list[str]:
     return done
 
 
+def _patch_with_subprocess() -> None:
+    """``patch()`` once the program imports subprocess, not at start-up.
+
+    subprocess and the engine cost an interpreter ~30 ms of CPU (3.13), and
+    every child the standard library starts comes after that import:
+    ``subprocess.Popen``, ``os.popen``, asyncio's and multiprocessing's all
+    import it first (a bare ``_posixsubprocess`` brings it, see
+    ``after_subprocess``). ``os.spawn*`` does not: its ``os._spawnvef``
+    stands in until then, and imports subprocess at its first call.
+    """
+    original = getattr(os, "_spawnvef", None)
+
+    def spawnvef(*args: object) -> object:
+        if getattr(os, "_spawnvef", None) is spawnvef:
+            os._spawnvef = original  # type: ignore[attr-defined]
+        import subprocess  # noqa: F401  # patch() comes with it
+        return os._spawnvef(*args)  # type: ignore[attr-defined]
+
+    def patch_now(_: object) -> None:
+        if getattr(os, "_spawnvef", None) is spawnvef:
+            os._spawnvef = original  # type: ignore[attr-defined]
+        from ..dropin.patch import patch
+
+        _safely(patch, "patch()")
+
+    if original is not None:
+        os._spawnvef = spawnvef  # type: ignore[attr-defined]
+    after_subprocess(patch_now)
+
+
 def _safely(fn: Callable[[], None], what: str) -> None:
-    """Run a deferred step inside the user's ``import multiprocessing``: never break it."""
+    """Run a deferred step inside the user's import: never break it."""
     try:
         fn()
     except Exception as exc:

@@ -8,6 +8,12 @@ other finders for the module's spec and wraps its loader so that the
 function runs once the module's code has run, before the importer sees it.
 The wrapper hands every other attribute (``get_source``, ``get_data``, ...)
 to the real loader.
+
+The functions import this package's own modules, and some of those import
+the awaited module at their top (subprocess, above all). Were such a module
+the first to bring it, a function would find it half-built; so while
+something waits, this package's own modules load through a wrapper too, and
+what comes due inside one waits until the outermost of them has run.
 """
 from __future__ import annotations
 
@@ -18,10 +24,23 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any, Callable
 
-__all__ = ["when_imported"]
+__all__ = ["after_subprocess", "when_imported"]
 
 _lock = threading.Lock()
 _pending: dict[str, list[Callable[[ModuleType], None]]] = {}
+_PACKAGE = __name__.split(".")[0] + "."
+# Per thread: the calls that came due while one of the package's own modules
+# was loading (None when none is), made once the outermost has loaded.
+_loading = threading.local()
+
+
+def _call(fn: Callable[[ModuleType], None], module: ModuleType) -> None:
+    due: list[tuple[Callable[[ModuleType], None], ModuleType]] | None = getattr(
+        _loading, "due", None)
+    if due is None:
+        fn(module)
+    else:
+        due.append((fn, module))
 
 
 class _CallingLoader:
@@ -45,7 +64,23 @@ class _CallingLoader:
             if not _pending and _finder in sys.meta_path:
                 sys.meta_path.remove(_finder)
         for fn in waiting:
-            fn(module)
+            _call(fn, module)
+
+
+class _OwnLoader(_CallingLoader):
+    """One of this package's modules: the calls due while it loads wait for its end."""
+
+    def exec_module(self, module: ModuleType) -> None:
+        if getattr(_loading, "due", None) is not None:  # inside another of ours
+            self._loader.exec_module(module)
+            return
+        _loading.due = []
+        try:
+            self._loader.exec_module(module)
+        finally:
+            due, _loading.due = _loading.due, None
+            for fn, awaited in due:
+                fn(awaited)
 
 
 class _Finder:
@@ -53,7 +88,11 @@ class _Finder:
 
     def find_spec(self, name: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
-        if name not in _pending:
+        if name in _pending:
+            wrap: type[_CallingLoader] = _CallingLoader
+        elif name.startswith(_PACKAGE):
+            wrap = _OwnLoader
+        else:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -62,7 +101,7 @@ class _Finder:
             spec: ModuleSpec | None = find(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _CallingLoader(spec.loader, name)  # type: ignore[assignment]
+                    spec.loader = wrap(spec.loader, name)  # type: ignore[assignment]
                 return spec
         return None
 
@@ -74,10 +113,33 @@ def when_imported(name: str, fn: Callable[[ModuleType], None]) -> bool:
     """Call ``fn(module)`` now if ``name`` is imported (returns True), else after its import."""
     module = sys.modules.get(name)
     if module is not None:
-        fn(module)
+        _call(fn, module)
         return True
     with _lock:
         _pending.setdefault(name, []).append(fn)
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
+    return False
+
+
+def _bring_subprocess(_: ModuleType) -> None:
+    # A bare `import _posixsubprocess` (multiprocessing's spawnv_passfds on
+    # 3.9-3.10) could reach fork_exec before anything waiting for subprocess
+    # ran: import subprocess now, unless that is what is importing it.
+    if "subprocess" not in sys.modules:
+        import subprocess  # noqa: F401
+
+
+def after_subprocess(fn: Callable[[ModuleType], None]) -> bool:
+    """``fn(subprocess)`` now if subprocess is imported (returns True), else
+    right after its import, which a first ``import _posixsubprocess`` brings
+    about too: before any of the standard library's fork_exec can run."""
+    if "_posixsubprocess" in sys.modules:
+        _bring_subprocess(sys.modules["_posixsubprocess"])
+    if when_imported("subprocess", fn):
+        return True
+    with _lock:
+        waiting = _bring_subprocess in _pending.get("_posixsubprocess", [])
+    if not waiting:
+        when_imported("_posixsubprocess", _bring_subprocess)
     return False

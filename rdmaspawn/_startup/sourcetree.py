@@ -12,7 +12,6 @@ runs only when the core's import has already failed.
 """
 from __future__ import annotations
 
-import glob
 import importlib.machinery
 import os
 import sys
@@ -34,6 +33,8 @@ def _installed_elsewhere(root: str) -> str | None:
 
 
 def _explain(exc: ImportError) -> str:
+    import glob  # only once the core has failed to load
+
     built = glob.glob(os.path.join(_HERE, "_rdmaspawn_cffi*.so"))
     if built:
         # The core is there but does not load (a subinterpreter, a wheel for

@@ -59,16 +59,19 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from .._child.recognize import as_setup
-from .._host.procfs import Mapping, dontfork_in, dontfork_mappings, has_dontfork, read_smaps
-from ..dropin import cpython as _cpython
+from .._startup.onimport import after_subprocess
 from ..dropin import poolhandler
 from ..dropin import wrapping as _wrapping
-from ..dropin.patch import is_patched
-from . import devicememo
 from .callsite import call_from
+
+if TYPE_CHECKING:
+    from .._host.procfs import Mapping
+
+# RDMASPAWN's start-up hook imports this module in every interpreter of a
+# job: the rest (/proc, subprocess, CPython's table, the engine) is imported
+# where it is used, at a fork or once subprocess is imported.
 
 __all__ = [
     "ForkHazardError",
@@ -111,6 +114,8 @@ def _check(what: str) -> None:
     mode = _mode
     if mode is None:
         return
+    from .._host.procfs import dontfork_mappings, has_dontfork
+
     try:
         if not has_dontfork():
             return
@@ -128,6 +133,9 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     the child's total_vm differ. Raising makes it kill the child unrun.
     """
     del pid  # the child: held_fork deals with it
+    from .._host.procfs import dontfork_in, read_smaps
+    from . import devicememo
+
     mode = _mode
     if mode is None or devicememo.explains(left_out):
         return
@@ -146,6 +154,8 @@ def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> N
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
         shown += f"; and {len(maps) - 5} more"
+    from ..dropin.patch import is_patched
+
     # patch() in force already: advise only what is left to do.
     spawners = "rdmaspawn.Popen" if is_patched() else "rdmaspawn.Popen or rdmaspawn.patch()"
     msg = (
@@ -160,6 +170,9 @@ def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> N
 
 def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
     """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
+    from .._child.recognize import as_setup
+    from ..dropin import cpython as _cpython
+
     try:
         call = _cpython.unpack_fork_exec(args)
     except TypeError:
@@ -234,15 +247,21 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
 _Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
 
 
-def _targets() -> list[_Target]:
+_FORKS: list[_Target] = [
+    (os, "fork", _wrap_fork, "os.fork()"),
+    (os, "forkpty", _wrap_fork, "os.forkpty()"),
+]
+
+
+def _exec_targets() -> list[_Target]:
+    """fork_exec's names: imports subprocess (see guard())."""
     import _posixsubprocess
     import subprocess
 
+    from ..dropin import cpython as _cpython
+
     out: list[_Target] = [
-        (os, "fork", _wrap_fork, "os.fork()"),
-        (os, "forkpty", _wrap_fork, "os.forkpty()"),
-        (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)"),
-    ]
+        (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)")]
     internals = _cpython.current()
     home, attr = internals.home if internals else ("subprocess", "_fork_exec")
     if home == "subprocess" and hasattr(subprocess, attr):  # 3.11+: Popen's own alias
@@ -257,33 +276,48 @@ def guard(action: str = "warn") -> None:
     ahead; ``action="raise"`` raises :class:`ForkHazardError` instead of
     forking.  Calling it again changes the action; it never wraps twice.
     Thread-safe; undo with :func:`unguard`.
+
+    fork_exec is wrapped once subprocess is imported (now, if it is): a
+    process that never spawns never loads it, and nothing reaches fork_exec
+    before that import (see ``after_subprocess``).
     """
     global _mode
     if action not in ("warn", "raise"):
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
-        for module, attr, wrap, what in _targets():
-            current = getattr(module, attr, None)
-            if current is None:
-                continue
-            key = (module.__name__, attr)
-            mine = _installed.get(key)
-            if mine is not None and (mine is current or mine in _active):
-                # Still on top, or still in someone else's chain and acting.
-                _active.add(mine)
-                continue
-            if getattr(current, _MARK, False):
-                _active.add(current)  # one of ours put back by someone's undo
-                _installed[key] = current
-                continue
-            wrapper = wrap(current, what)
-            setattr(module, attr, wrapper)
-            _installed[key] = wrapper
-            _active.add(wrapper)
+        _install(_FORKS)
         _mode = action
+    after_subprocess(_guard_exec)
     # A fork refused in a Pool's worker handler must fail the job, not hang
     # it, however the guard was turned on (now, or when the pool module comes).
     poolhandler.install_when_imported()
+
+
+def _guard_exec(_: Any) -> None:
+    with _lock:
+        if _mode is not None:  # not unguard()ed before subprocess came
+            _install(_exec_targets())
+
+
+def _install(targets: list[_Target]) -> None:
+    for module, attr, wrap, what in targets:
+        current = getattr(module, attr, None)
+        if current is None:
+            continue
+        key = (module.__name__, attr)
+        mine = _installed.get(key)
+        if mine is not None and (mine is current or mine in _active):
+            # Still on top, or still in someone else's chain and acting.
+            _active.add(mine)
+            continue
+        if getattr(current, _MARK, False):
+            _active.add(current)  # one of ours put back by someone's undo
+            _installed[key] = current
+            continue
+        wrapper = wrap(current, what)
+        setattr(module, attr, wrapper)
+        _installed[key] = wrapper
+        _active.add(wrapper)
 
 
 def unguard() -> None:
@@ -291,13 +325,10 @@ def unguard() -> None:
     global _mode
     with _lock:
         _mode = None
-        for module, attr, _wrap, _what in _targets():
-            key = (module.__name__, attr)
-            mine = _installed.get(key)
-            if mine is None:
-                continue
+        for key, mine in list(_installed.items()):
+            module_name, attr = key
             _active.discard(mine)
-            if _wrapping.splice_out(module, attr, mine):
+            if _wrapping.splice_out(sys.modules[module_name], attr, mine):
                 del _installed[key]
             # else: someone wrapped ours and calls it directly; it stays in
             # their chain as a pass-through.
