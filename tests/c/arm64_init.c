@@ -1,7 +1,7 @@
 /*
  * /init of the arm64 VM that tests/c/arm64_vm.sh and .ci/lanes/arm64.sh boot:
  * it sets up the little the C harness and the Python layer need (/proc, /dev,
- * /dev/shm, a console), runs /harness, prints its exit status and powers the
+ * /dev/shm, /dev/pts, a console), runs /harness, prints its exit status and powers the
  * VM off, so that qemu exits by itself.
  *
  * The same static binary is also the VM's /bin/true (the harness execs it):
@@ -33,6 +33,10 @@ int main(void)
      * FileNotFoundError. */
     mkdir("/dev/shm", 01777);
     mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777");
+    /* os.forkpty() (the guard's tests): devtmpfs has /dev/ptmx, but the
+     * terminal it opens is named under /dev/pts, or openpty fails ENOENT. */
+    mkdir("/dev/pts", 0755);
+    mount("devpts", "/dev/pts", "devpts", 0, "mode=620,ptmxmode=666");
     int console = open("/dev/console", O_RDWR);
     if (console >= 0) {
         for (int fd = 0; fd < 3; fd++)
