@@ -10,12 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import rdmaspawn
+
 from .model import Machine
 from .numbers import GiB
 
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 OVERCOMMIT_SETTING = "/proc/sys/vm/overcommit_memory"
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the rdmaspawn being measured
+# The rdmaspawn being measured. Not this file's parent's parent: from a checkout
+# (an editable install) this code runs from benchmarks/, beside the package.
+PACKAGE_DIR = Path(rdmaspawn.__file__).resolve().parent
 GIT_TIMEOUT_S = 10
 
 

@@ -20,3 +20,14 @@ def test_cpu_model_is_a_line_of_cpuinfo() -> None:
     if name is not None:
         with open("/proc/cpuinfo") as f:
             assert name in f.read()
+
+
+def test_the_record_names_the_measured_packages_directory() -> None:
+    """The commit a record names is read from the rdmaspawn package's directory.
+    From a checkout the benchmark's code is in benchmarks/, beside the package,
+    so its parent's parent is the checkout's root, which holds no
+    __init__.py: every record made from a checkout said "commit not recorded"."""
+    from rdmaspawn.bench import machine
+
+    assert (machine.PACKAGE_DIR / "__init__.py").is_file()
+    assert (machine.PACKAGE_DIR / "_native").is_dir() and machine.PACKAGE_DIR.name == "rdmaspawn"
