@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import rdmaspawn
+from rdmaspawn import _native
 
 from .model import Machine
 from .numbers import GiB
@@ -19,7 +19,7 @@ THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 OVERCOMMIT_SETTING = "/proc/sys/vm/overcommit_memory"
 # The rdmaspawn being measured. Not this file's parent's parent: from a checkout
 # (an editable install) this code runs from benchmarks/, beside the package.
-PACKAGE_DIR = Path(rdmaspawn.__file__).resolve().parent
+PACKAGE_DIR = Path(_native.__file__).resolve().parent.parent
 GIT_TIMEOUT_S = 10
 
 
