@@ -118,3 +118,4 @@ def _imported_by_site() -> bool:
 if not _imported_by_site():
     for _name in ("preexec", *(n for m in _DROPIN for n in _HOMES[m])):
         __getattr__(_name)
+    del _name

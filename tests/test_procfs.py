@@ -1,4 +1,5 @@
-"""rdmaspawn._host.procfs: parsing /proc/PID/smaps and the fast DONTFORK check, on real processes."""
+"""rdmaspawn._host.procfs, .processinfo and .glibcheap: parsing /proc/PID/smaps, the
+fast DONTFORK check, glibc's thread heaps and the process facts, on real processes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from helpers.child import python_argv
 from helpers.hazard import DROP_CAPS, Holder, mappable_device, shm_file, verbs_available
 
-from rdmaspawn._host import procfs
+from rdmaspawn._host import glibcheap, processinfo, procfs
 
 # Maps `n` one-page regions with alternating protection (so they stay separate
 # mappings), marks page `dc` of them MADV_DONTFORK with a real madvise(), maps
@@ -196,13 +197,13 @@ def test_thread_heap_base() -> None:
         assert p.stdout is not None
         addrs = json.loads(p.stdout.readline())
         maps = procfs.all_mappings(p.pid)
-        size = procfs.HEAP_MAX_SIZE
+        size = glibcheap.HEAP_MAX_SIZE
         assert size == 64 << 20  # 64-bit glibc
-        assert procfs.thread_heap_base(addrs["thread"], maps) == addrs["thread"] & ~(size - 1)
-        assert procfs.thread_heap_base(addrs["main"], maps) is None
+        assert glibcheap.thread_heap_base(addrs["thread"], maps) == addrs["thread"] & ~(size - 1)
+        assert glibcheap.thread_heap_base(addrs["main"], maps) is None
         big_inner = (addrs["big"] + size) & ~(size - 1)  # an aligned block inside the array
-        assert procfs.thread_heap_base(big_inner, maps) is None
-        assert procfs.thread_heap_base(addrs["thread"], procfs.parse_maps(
+        assert glibcheap.thread_heap_base(big_inner, maps) is None
+        assert glibcheap.thread_heap_base(addrs["thread"], procfs.parse_maps(
             procfs.read_maps(p.pid))) == addrs["thread"] & ~(size - 1)
     finally:
         p.communicate("\n", timeout=30)
@@ -211,10 +212,10 @@ def test_thread_heap_base() -> None:
 def test_has_capability_reads_cap_eff() -> None:
     """has_capability() reads the effective set: a child that clears CAP_SYS_PTRACE shows it gone."""
     code = textwrap.dedent(DROP_CAPS) + textwrap.dedent("""
-        from rdmaspawn._host import procfs
-        before = procfs.has_capability(procfs.CAP_SYS_PTRACE)
+        from rdmaspawn._host import processinfo
+        before = processinfo.has_capability(processinfo.CAP_SYS_PTRACE)
         drop_capabilities()
-        print(before, procfs.has_capability(procfs.CAP_SYS_PTRACE))
+        print(before, processinfo.has_capability(processinfo.CAP_SYS_PTRACE))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -253,12 +254,12 @@ def test_environ_cmdline_threads_pids() -> None:
     p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdout.readline() == "ready\n"
-        assert procfs.read_environ(p.pid)["RDMASPAWN_PROCFS_TEST"] == "a=b c"
-        assert procfs.read_cmdline(p.pid)[1:] == argv[1:]  # the empty last one included
-        assert procfs.thread_count(p.pid) == 4
-        assert p.pid in procfs.all_pids() and os.getpid() in procfs.all_pids()
-        assert os.path.samefile(procfs.exe_path(p.pid), sys.executable)
+        assert processinfo.read_environ(p.pid)["RDMASPAWN_PROCFS_TEST"] == "a=b c"
+        assert processinfo.read_cmdline(p.pid)[1:] == argv[1:]  # the empty last one included
+        assert processinfo.thread_count(p.pid) == 4
+        assert p.pid in processinfo.all_pids() and os.getpid() in processinfo.all_pids()
+        assert os.path.samefile(processinfo.exe_path(p.pid), sys.executable)
     finally:
         p.communicate("\n", timeout=30)
     with pytest.raises(ProcessLookupError):
-        procfs.read_environ(p.pid)
+        processinfo.read_environ(p.pid)

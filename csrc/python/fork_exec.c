@@ -21,8 +21,8 @@
  * C harness links those files without Python); this directory does. Python
  * makes one through functions.c's fork_exec_new(). One file, in three parts
  * (the plain case, the call, the type), because all three read the object's
- * layout and its table of where each parameter sits; most of it is the
- * conversion, one small function per kind of argument.
+ * layout and its table of where each parameter sits; what each kind of
+ * argument must be to count as plain is plain.c's.
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
@@ -41,6 +41,7 @@
 
 #include "rdmaspawn.h"
 #include "binding.h"
+#include "plain.h"
 
 /*
  * fork_exec's parameters, each as (enum name, Python name). One list makes
@@ -79,105 +80,9 @@ typedef struct {
 
 /* --- the plain case ------------------------------------------------------ */
 
-/* What the conversion made and must give back after the spawn. */
-struct held {
-    PyObject *owned;            /* list of what the child's strings live in, or NULL */
-    void *block;                /* PyMem block: pointer arrays and fds */
-};
-
-/* Keep obj alive until the spawn is over (a new reference is taken). */
-static int keep_alive(struct held *h, PyObject *obj)
-{
-    if (!h->owned && !(h->owned = PyList_New(0)))
-        return 0;
-    return PyList_Append(h->owned, obj) == 0;
-}
-
 static PyObject *given(ForkExec *self, PyObject *args, enum param p)
 {
     return self->pos[p] < 0 ? NULL : PyTuple_GetItem(args, self->pos[p]);
-}
-
-/* An exact int that fits a C int. */
-static int plain_int(PyObject *o, int *out)
-{
-    int overflow;
-    long v;
-
-    if (Py_TYPE(o) != &PyLong_Type)
-        return 0;
-    v = PyLong_AsLongAndOverflow(o, &overflow);
-    if (overflow || v < INT_MIN || v > INT_MAX)
-        return 0;
-    *out = (int)v;
-    return 1;
-}
-
-/* A bool or an exact int, as a truth value. */
-static int plain_flag(PyObject *o, int *out)
-{
-    if (o != Py_True && o != Py_False && Py_TYPE(o) != &PyLong_Type)
-        return 0;
-    *out = PyObject_IsTrue(o);
-    return *out >= 0;
-}
-
-/* bytes, or str encoded as the file system encoding; no NUL inside. */
-static const char *plain_string(PyObject *o, struct held *h)
-{
-    char *s;
-    Py_ssize_t n;
-
-    if (Py_TYPE(o) == &PyUnicode_Type) {
-        PyObject *enc = PyUnicode_EncodeFSDefault(o);
-        if (!enc)
-            return NULL;
-        int ok = keep_alive(h, enc);
-        Py_DECREF(enc);
-        if (!ok)
-            return NULL;
-        o = enc;            /* alive in h->owned */
-    } else if (Py_TYPE(o) != &PyBytes_Type) {
-        return NULL;
-    }
-    if (PyBytes_AsStringAndSize(o, &s, &n) < 0 || (size_t)n != strlen(s))
-        return NULL;
-    return s;
-}
-
-/* The n plain strings of an exact list or tuple into out[0..n-1], out[n] =
- * NULL. A list is copied to a tuple first: while the GIL is released for the
- * spawn, another thread could remove an item from the list and free the
- * string the child is about to read (CPython's fork_exec copies each string;
- * a tuple of the same objects is enough, bytes being immutable). */
-static int plain_strings(PyObject *seq, Py_ssize_t n, char **out, struct held *h)
-{
-    if (Py_TYPE(seq) == &PyList_Type) {
-        PyObject *copy = PyList_AsTuple(seq);
-        int ok = copy && keep_alive(h, copy);
-        Py_XDECREF(copy);
-        if (!ok)
-            return 0;
-        seq = copy;         /* alive in h->owned */
-    }
-    if (PyTuple_Size(seq) != n)
-        return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GetItem(seq, i);
-        if (!item || !(out[i] = (char *)plain_string(item, h)))
-            return 0;
-    }
-    out[n] = NULL;
-    return 1;
-}
-
-static Py_ssize_t plain_length(PyObject *seq)
-{
-    if (Py_TYPE(seq) == &PyList_Type)
-        return PyList_Size(seq);
-    if (Py_TYPE(seq) == &PyTuple_Type)
-        return PyTuple_Size(seq);
-    return -1;
 }
 
 /*
@@ -185,7 +90,7 @@ static Py_ssize_t plain_length(PyObject *seq)
  * (with no exception set: the Python implementation sees the call afresh).
  */
 static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
-                         int *close_first, int *errpipe_write, struct held *h)
+                         int *close_first, int *errpipe_write, struct rs_held *h)
 {
     PyObject *argv = given(self, args, P_ARGS);
     PyObject *exec_list = given(self, args, P_EXECUTABLE_LIST);
@@ -204,19 +109,19 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
             || given(self, args, P_UID) != Py_None || given(self, args, P_EXTRA_GROUPS) != Py_None)
         return 0;
     for (int i = 0; i < 8; i++)
-        if (!plain_int(given(self, args, fd_params[i]), &fds[i]))
+        if (!rs_plain_int(given(self, args, fd_params[i]), &fds[i]))
             return 0;
-    if (!plain_flag(given(self, args, P_CLOSE_FDS), &close_fds)
-            || !plain_flag(given(self, args, P_RESTORE_SIGNALS), &restore)
-            || !plain_flag(given(self, args, P_CALL_SETSID), &setsid)
-            || !plain_int(given(self, args, P_CHILD_UMASK), &umask)
-            || (pgid && !plain_int(pgid, &pgid_value)))
+    if (!rs_plain_flag(given(self, args, P_CLOSE_FDS), &close_fds)
+            || !rs_plain_flag(given(self, args, P_RESTORE_SIGNALS), &restore)
+            || !rs_plain_flag(given(self, args, P_CALL_SETSID), &setsid)
+            || !rs_plain_int(given(self, args, P_CHILD_UMASK), &umask)
+            || (pgid && !rs_plain_int(pgid, &pgid_value)))
         return 0;
     if (close_fds && fds[7] < 3)
         return 0;   /* fork_exec's ValueError */
 
-    Py_ssize_t argc = plain_length(argv), nexec = plain_length(exec_list);
-    Py_ssize_t nenv = env == Py_None ? 0 : plain_length(env);
+    Py_ssize_t argc = rs_plain_length(argv), nexec = rs_plain_length(exec_list);
+    Py_ssize_t nenv = env == Py_None ? 0 : rs_plain_length(env);
     Py_ssize_t nkeep = Py_TYPE(keep) == &PyTuple_Type ? PyTuple_Size(keep) : -1;
     if (argc < 0 || nexec < 0 || nenv < 0 || nkeep < 0)
         return 0;
@@ -234,7 +139,7 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
     int n_keep = 0, prev = -1;
     for (Py_ssize_t i = 0; i < nkeep; i++) {
         int fd;
-        if (!plain_int(PyTuple_GetItem(keep, i), &fd) || fd <= prev)
+        if (!rs_plain_int(PyTuple_GetItem(keep, i), &fd) || fd <= prev)
             return 0;   /* fork_exec's "bad value(s) in fds_to_keep" */
         prev = fd;
         /* The error pipe stays with the parent: the child reports through
@@ -242,15 +147,15 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
         if (fd != fds[7])
             keep_fds[n_keep++] = fd;
     }
-    if (!plain_strings(argv, argc, ptrs, h)
-            || !plain_strings(exec_list, nexec, ptrs + argc + 1, h))
+    if (!rs_plain_strings(argv, argc, ptrs, h)
+            || !rs_plain_strings(exec_list, nexec, ptrs + argc + 1, h))
         return 0;
     char **envp = ptrs + argc + 1 + nexec + 1;
     if (env == Py_None)
         rs_environ_snapshot(envp, (int)nenv);   /* environ.c */
-    else if (!plain_strings(env, nenv, envp, h))
+    else if (!rs_plain_strings(env, nenv, envp, h))
         return 0;
-    if (cwd != Py_None && !(r->cwd = plain_string(cwd, h)))
+    if (cwd != Py_None && !(r->cwd = rs_plain_string(cwd, h)))
         return 0;
 
     r->argv = ptrs;
@@ -323,15 +228,14 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
     ForkExec *self = (ForkExec *)op;
     struct rs_request r;
     struct rs_result res;
-    struct held h = {NULL, NULL};
+    struct rs_held h = {NULL, NULL};
     int close_first[4], errpipe_write = -1;
 
     memset(&r, 0, sizeof r);
     if ((kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != self->nargs
             || !convert_plain(self, args, &r, close_first, &errpipe_write, &h)) {
         PyErr_Clear();  /* a failed conversion: the Python code meets it again */
-        PyMem_Free(h.block);
-        Py_XDECREF(h.owned);
+        rs_held_release(&h);
         return call_slow(self, args, kwargs);
     }
 
@@ -339,8 +243,7 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
     rs_spawn(&r, &res);
     Py_END_ALLOW_THREADS
 
-    PyMem_Free(h.block);
-    Py_XDECREF(h.owned);
+    rs_held_release(&h);
     if (res.err == 0) {
         if (r.want_pidfd)
             rs_pidfd_hand(res.pidfd);

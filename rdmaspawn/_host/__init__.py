@@ -1,6 +1,7 @@
 """The process and its interpreter as the host shows them.
 
-``procfs`` is the one reader of ``/proc`` (mappings, DONTFORK, libraries,
-capabilities); ``interpreter`` starts a helper ``sys.executable`` that
+``procfs`` reads ``/proc`` (mappings, DONTFORK, libraries), ``processinfo``
+the rest a tool asks about a process (capabilities, command line, ...),
+``glibcheap`` tells glibc's thread heaps; ``interpreter`` starts a helper ``sys.executable`` that
 imports this same rdmaspawn.
 """

@@ -1,8 +1,5 @@
 """Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
 
-(Over 450 lines on purpose: it is the package's one /proc reader, and each
-section below is one kind of question.)
-
 ``madvise(MADV_DONTFORK)`` sets ``VM_DONTCOPY`` on a mapping; the kernel shows
 it as the ``dc`` flag on the mapping's ``VmFlags:`` line (Linux >= 3.8,
 ``show_smap_vma_flags()`` in ``fs/proc/task_mmu.c``).  A ``fork()`` child gets
@@ -23,34 +20,29 @@ so :func:`has_dontfork` leaves them out unless asked.
 
 This is the one place that reads ``/proc/PID/{smaps,maps}``: the doctor, the
 guard, the drop-in and the hazard planter all ask it.  Besides the DONTFORK
-questions it answers "which file of a loaded library matches this soname"
-(:func:`library_paths`), "does this address lie in a glibc thread heap"
-(:func:`thread_heap_base`, with glibc's :data:`HEAP_MAX_SIZE`), and the
-little else a tool asks about a process (environment, command line, threads,
-capabilities).
+questions it answers what else a mapping tells: "which file of a loaded
+library matches this soname" (:func:`library_paths`), "which mapping holds
+this address" (:func:`mapping_at`).  :func:`read_proc` is the one way to
+read a ``/proc/PID`` file; the rest a tool asks about a process is in
+``processinfo``, glibc's thread heaps in ``glibcheap``.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import sys
 from collections.abc import Sequence
 from typing import NamedTuple, Union
 
 __all__ = [
-    "CAP_SYS_PTRACE",
-    "HEAP_MAX_SIZE",
     "Mapping",
     "NoSuchProcessError",
+    "Pid",
     "all_mappings",
-    "all_pids",
     "device_dontfork_pages",
     "device_headers",
     "dontfork_in",
     "dontfork_mappings",
-    "exe_path",
-    "has_capability",
     "has_dontfork",
     "is_device_path",
     "is_dontfork",
@@ -60,13 +52,10 @@ __all__ = [
     "max_map_count",
     "parse_maps",
     "parse_smaps",
-    "read_cmdline",
-    "read_environ",
+    "proc_path",
     "read_maps",
     "read_proc",
     "read_smaps",
-    "thread_count",
-    "thread_heap_base",
 ]
 
 Pid = Union[int, str]
@@ -154,7 +143,8 @@ def _human(n: int) -> str:
     return f"{size:.0f} {units[i]}" if size == int(size) else f"{size:.1f} {units[i]}"
 
 
-def _proc_path(pid: Pid, name: str) -> str:
+def proc_path(pid: Pid, name: str) -> str:
+    """``/proc/PID/name``, with ``pid`` checked (a positive int, digits, or 'self')."""
     if isinstance(pid, bool) or not isinstance(pid, (int, str)):
         raise TypeError(f"pid must be an int or 'self', not {pid!r}")
     if isinstance(pid, int):
@@ -172,7 +162,7 @@ def read_proc(pid: Pid, name: str) -> bytes:
     :class:`PermissionError` when the caller may not read it (another user's
     process, or one that is not dumpable, without ``CAP_SYS_PTRACE``).
     """
-    path = _proc_path(pid, name)
+    path = proc_path(pid, name)
     try:
         with open(path, "rb", buffering=0) as f:
             return f.read()  # FileIO.readall(): one buffer, grown as needed
@@ -418,94 +408,7 @@ def is_dontfork(addr: int, pid: Pid = "self") -> bool:
     return m is not None and m.dontfork
 
 
-# -- glibc's thread heaps ------------------------------------------------------
-
-#: glibc's HEAP_MAX_SIZE (malloc/arena.c: 2 * DEFAULT_MMAP_THRESHOLD_MAX, i.e.
-#: 2 * 4 * 1024 * 1024 * sizeof(long)): 64 MiB on 64-bit, 1 MiB on 32-bit.
-#: Every thread arena's heap is an mmap() of exactly this size at an address
-#: aligned to it, starting with its heap_info header.
-HEAP_MAX_SIZE = 2 * 4 * 1024 * 1024 * (8 if sys.maxsize > 2**32 else 4)
-
-
-def thread_heap_base(addr: int, mappings: Sequence[Mapping]) -> int | None:
-    """The heap_info address of the glibc thread heap holding ``addr``, else None.
-
-    ``mappings`` are the process's, in address order (:func:`all_mappings` or
-    :func:`parse_maps`).  A thread heap is anonymous memory that starts at a
-    HEAP_MAX_SIZE-aligned address with readable pages (read-write first,
-    PROT_NONE after) and covers the whole aligned block; madvise() may have
-    split it into several mappings, so the block must be covered with no gap
-    and nothing but anonymous memory.  A mapping that merely overlaps an
-    aligned block (a large array) does not start at its base and is refused.
-    """
-    base = addr - (addr % HEAP_MAX_SIZE)
-    end = base + HEAP_MAX_SIZE
-    pos = base
-    for m in mappings:
-        if m.end <= base or m.start >= end:
-            continue
-        if m.start != pos or not m.anonymous or (pos == base and not m.perms.startswith("r")):
-            return None
-        pos = m.end
-    return base if pos >= end else None
-
-
-# -- capabilities ---------------------------------------------------------------
-
-#: linux/capability.h
-CAP_SYS_PTRACE = 19
-
-
-def has_capability(cap: int, pid: Pid = "self") -> bool | None:
-    """Whether ``cap`` is in the process's effective set (``CapEff:`` of
-    ``/proc/PID/status``); None when that cannot be read."""
-    try:
-        data = read_proc(pid, "status")
-    except OSError:
-        return None
-    for line in data.split(b"\n"):
-        if line.startswith(b"CapEff:"):
-            return bool(int(line.split()[1], 16) >> cap & 1)
-    return None
-
-
-# -- the rest a tool asks about a process ------------------------------------------
-
-
-def all_pids() -> list[int]:
-    """Every process id in /proc, in order (some may be gone by the time they are read)."""
-    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
-
-
-def read_environ(pid: Pid) -> dict[str, str]:
-    """The environment the process started with (``/proc/PID/environ``; later
-    setenv() calls do not show)."""
-    env: dict[str, str] = {}
-    for item in read_proc(pid, "environ").split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[os.fsdecode(key)] = os.fsdecode(value)
-    return env
-
-
-def read_cmdline(pid: Pid) -> list[str]:
-    """The process's argv (empty for a kernel thread or a zombie)."""
-    data = read_proc(pid, "cmdline")
-    if not data:
-        return []
-    # Each argument ends with a NUL; drop only the last one, so empty arguments stay.
-    return [os.fsdecode(a) for a in data[:-1].split(b"\0")] if data.endswith(b"\0") \
-        else [os.fsdecode(data)]  # a process that rewrote its argv area
-
-
-def exe_path(pid: Pid) -> str:
-    """The file the process executes (``/proc/PID/exe``; reading it needs ptrace access)."""
-    return os.readlink(_proc_path(pid, "exe"))
-
-
-def thread_count(pid: Pid = "self") -> int:
-    """How many threads the process has now (``/proc/PID/task``)."""
-    return len(os.listdir(_proc_path(pid, "task")))
+# -- the system's limit ------------------------------------------------------
 
 
 def max_map_count() -> int | None:

@@ -63,7 +63,8 @@ def apply(settings: Settings) -> list[str]:
 def _patch_with_subprocess() -> None:
     """``patch()`` once the program imports subprocess, not at start-up.
 
-    subprocess and the engine cost an interpreter ~30 ms of CPU (3.13), and
+    subprocess and the engine were most of what ``on`` cost an interpreter
+    at start-up (``python -m rdmaspawn.bench.startup`` measures it), and
     every child the standard library starts comes after that import:
     ``subprocess.Popen``, ``os.popen``, asyncio's and multiprocessing's all
     import it first (a bare ``_posixsubprocess`` brings it, see

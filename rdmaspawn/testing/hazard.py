@@ -37,14 +37,9 @@ import os
 import threading
 import time
 
-from .._host.procfs import (
-    is_dontfork,
-    library_path,
-    parse_maps,
-    read_maps,
-    thread_count,
-    thread_heap_base,
-)
+from .._host.glibcheap import thread_heap_base
+from .._host.processinfo import thread_count
+from .._host.procfs import is_dontfork, library_path, parse_maps, read_maps
 
 __all__ = ["INSTALL_VERBS", "VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
 

@@ -169,7 +169,8 @@ def run_way(func: Callable[[], str]) -> str:
 
 def main() -> None:
     started = time.monotonic()
-    from rdmaspawn._host.procfs import has_dontfork, is_dontfork, read_cmdline
+    from rdmaspawn._host.processinfo import read_cmdline
+    from rdmaspawn._host.procfs import has_dontfork, is_dontfork
     from rdmaspawn.testing.hazard import plant
 
     # First, before torch starts its threads: plant() needs a fresh malloc arena.

@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..._host.procfs import Mapping, thread_heap_base
+from ..._host.glibcheap import thread_heap_base
+from ..._host.procfs import Mapping
 
 __all__ = ["RISK_ORDER", "Finding", "classify"]
 

@@ -12,7 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..._host.procfs import CAP_SYS_PTRACE, NoSuchProcessError, has_capability
+from ..._host.processinfo import CAP_SYS_PTRACE, has_capability
+from ..._host.procfs import NoSuchProcessError
 from .process import doctor
 from .scan import scan_node
 

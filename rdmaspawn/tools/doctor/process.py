@@ -8,14 +8,8 @@ import re
 import sys
 from typing import Any
 
-from ..._host.procfs import (
-    Pid,
-    all_mappings,
-    exe_path,
-    library_paths,
-    max_map_count,
-    read_environ,
-)
+from ..._host.processinfo import exe_path, read_environ
+from ..._host.procfs import Pid, all_mappings, library_paths, max_map_count
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
 from .classify import classify

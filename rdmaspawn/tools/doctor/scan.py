@@ -22,14 +22,8 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from ..._host.procfs import (
-    NoSuchProcessError,
-    all_mappings,
-    all_pids,
-    has_dontfork,
-    read_cmdline,
-    read_proc,
-)
+from ..._host.processinfo import all_pids, read_cmdline
+from ..._host.procfs import NoSuchProcessError, all_mappings, has_dontfork, read_proc
 from .classify import Finding, classify
 from .escape import printable
 from .process import mapped_libraries

@@ -1,0 +1,113 @@
+/*
+ * Whether one argument of fork_exec is plain, and its C form: the values
+ * fork_exec.c's C path takes as they are. Anything else (another type, a
+ * number out of range, a NUL inside a string) is "not plain", never an
+ * error: the call goes to the Python implementation, which raises CPython's
+ * exceptions. Each function answers 1 (plain, *out set) or 0, and what the C
+ * form points into is kept alive in a struct rs_held until the spawn is over.
+ */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <limits.h>
+#include <string.h>
+
+#include "plain.h"
+
+void rs_held_release(struct rs_held *h)
+{
+    PyMem_Free(h->block);
+    Py_XDECREF(h->owned);
+    h->block = NULL;
+    h->owned = NULL;
+}
+
+/* Keep obj alive until the spawn is over (a new reference is taken). */
+static int keep_alive(struct rs_held *h, PyObject *obj)
+{
+    if (!h->owned && !(h->owned = PyList_New(0)))
+        return 0;
+    return PyList_Append(h->owned, obj) == 0;
+}
+
+int rs_plain_int(PyObject *o, int *out)
+{
+    int overflow;
+    long v;
+
+    if (Py_TYPE(o) != &PyLong_Type)
+        return 0;
+    v = PyLong_AsLongAndOverflow(o, &overflow);
+    if (overflow || v < INT_MIN || v > INT_MAX)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
+int rs_plain_flag(PyObject *o, int *out)
+{
+    if (o != Py_True && o != Py_False && Py_TYPE(o) != &PyLong_Type)
+        return 0;
+    *out = PyObject_IsTrue(o);
+    return *out >= 0;
+}
+
+const char *rs_plain_string(PyObject *o, struct rs_held *h)
+{
+    char *s;
+    Py_ssize_t n;
+
+    if (Py_TYPE(o) == &PyUnicode_Type) {
+        PyObject *enc = PyUnicode_EncodeFSDefault(o);
+        if (!enc)
+            return NULL;
+        int ok = keep_alive(h, enc);
+        Py_DECREF(enc);
+        if (!ok)
+            return NULL;
+        o = enc;            /* alive in h->owned */
+    } else if (Py_TYPE(o) != &PyBytes_Type) {
+        return NULL;
+    }
+    if (PyBytes_AsStringAndSize(o, &s, &n) < 0 || (size_t)n != strlen(s))
+        return NULL;
+    return s;
+}
+
+/* A list is copied to a tuple first: while the GIL is released for the
+ * spawn, another thread could remove an item from the list and free the
+ * string the child is about to read (CPython's fork_exec copies each string;
+ * a tuple of the same objects is enough, bytes being immutable). */
+int rs_plain_strings(PyObject *seq, Py_ssize_t n, char **out, struct rs_held *h)
+{
+    if (Py_TYPE(seq) == &PyList_Type) {
+        PyObject *copy = PyList_AsTuple(seq);
+        int ok = copy && keep_alive(h, copy);
+        Py_XDECREF(copy);
+        if (!ok)
+            return 0;
+        seq = copy;         /* alive in h->owned */
+    }
+    if (PyTuple_Size(seq) != n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(seq, i);
+        if (!item || !(out[i] = (char *)rs_plain_string(item, h)))
+            return 0;
+    }
+    out[n] = NULL;
+    return 1;
+}
+
+Py_ssize_t rs_plain_length(PyObject *seq)
+{
+    if (Py_TYPE(seq) == &PyList_Type)
+        return PyList_Size(seq);
+    if (Py_TYPE(seq) == &PyTuple_Type)
+        return PyTuple_Size(seq);
+    return -1;
+}
