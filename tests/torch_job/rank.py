@@ -16,8 +16,10 @@ as it goes (so a hang still leaves what came before):
   every record also has ``t``, seconds since the rank started;
 - ``{"event": "allreduce", "sum": ...}``;
 - ``{"event": "way", "way": NAME, "outcome": "ok" | what went wrong,
-  "hazard_live": bool}`` for each way, ``hazard_live`` saying the planted
-  page was still MADV_DONTFORK when the child was started;
+  "raised_while_handling": [...], "hazard_live": bool}`` for each way,
+  ``raised_while_handling`` listing the exceptions (newest first) that the
+  failing one was raised while handling (see run_way), ``hazard_live``
+  saying the planted page was still MADV_DONTFORK when the child was started;
 - ``{"event": "done"}`` after the last collective.
 
 Every way that can wait forever is bounded (``RDMASPAWN_TORCH_WAY_TIMEOUT``
@@ -155,14 +157,33 @@ WAYS: dict[str, Callable[[], str]] = {
 }
 
 
-def run_way(func: Callable[[], str]) -> str:
+def describe(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:200]
+
+
+def run_way(func: Callable[[], str]) -> tuple[str, list[str]]:
+    """The way's outcome, and the exceptions the failing one was raised while handling.
+
+    The second part is there because torch raises a dead worker's error out of
+    its SIGCHLD handler, in the main thread, wherever that thread is. When it
+    lands inside the except clause of CPython's ``Thread.start()`` (a queue
+    starting its feeder thread), that clause's ``del _limbo[self]`` fails, and
+    the way ends in ``KeyError: <Thread(QueueFeederThread, ...)>`` with the
+    worker's death as its ``__context__``.
+    """
     try:
-        return func()
+        return func(), []
     except multiprocessing.TimeoutError:
-        return "timeout"
+        return "timeout", []
     except Exception as exc:  # the outcome is the report
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"{type(exc).__name__}: {first}"[:200]
+        handled = []
+        seen = exc.__context__
+        while seen is not None and len(handled) < 5:
+            handled.append(describe(seen))
+            seen = seen.__context__
+        return describe(exc), handled
     finally:
         gc.collect()  # what a failed way left in cycles (a DataLoader iterator) goes now
 
@@ -208,7 +229,9 @@ def main() -> None:
     names = wanted.split(",") if wanted else list(WAYS)
     for name in names:
         live = is_dontfork(hazard.arena)
-        emit(event="way", way=name, outcome=run_way(WAYS[name]), hazard_live=live)
+        outcome, handled = run_way(WAYS[name])
+        emit(event="way", way=name, outcome=outcome, raised_while_handling=handled,
+             hazard_live=live)
 
     dist.barrier()
     # Before exit, or a gloo worker thread may free the last work's tensors
