@@ -1,10 +1,13 @@
 #!/bin/sh
 # The arm64 lane's work inside the VM: /init (tests/c/arm64_init.c) runs this
-# as /harness on Debian's arm64 kernel, in the bookworm userland that
+# as /harness on Debian's arm64 kernels, in the bookworm userland that
 # .ci/lanes/arm64.sh packed with the aarch64 wheel installed (no compiler
 # here).  Every line that the host reads starts with "arm64-lane:"; the
 # tests print one line each (-v), which is the host watchdog's sign of life.
-export PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 TMPDIR=/tmp
+# The kernel's command line names the boot: rdmaspawn.boot=cloud (the demo,
+# the doctor, two pytest runs) or rdmaspawn.boot=rxe (a soft-RoCE device on
+# 16 KiB pages, one pytest run).
+export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root LANG=C.UTF-8 TMPDIR=/tmp
 export RDMASPAWN_REQUIRE_VERBS=1
 unset RDMASPAWN_CLONE
 set -f  # the subset's test ids hold brackets
@@ -18,7 +21,39 @@ check() {  # check NAME COMMAND...: a step that must exit 0
   if "$@"; then say "result $name passed"; else say "result $name FAILED ($?)"; failed=1; fi
 }
 
-say "kernel $(uname -r) $(uname -m), $(python3 --version), $(nproc) CPUs"
+# pytest_run NAME [VAR=VALUE...]: /lane/subset.NAME (one pytest argument a line).
+pytest_run() {
+  run=$1; shift
+  say "pytest $run: $(tr '\n' ' ' </lane/subset.$run)"
+  : >/tmp/pytest.log
+  # shellcheck disable=SC2046
+  env "$@" python3 -m pytest -v -p no:cacheprovider --durations=5 $(cat /lane/subset.$run) \
+    >/tmp/pytest.log 2>&1 &
+  pid=$!
+  # The log goes to the console line by line: a file first, so that pytest
+  # sees no terminal and a slow console never blocks it.
+  tail -n +1 -f /tmp/pytest.log --pid=$pid
+  wait $pid
+  rc=$?
+  say "pytest $run exit $rc"
+  [ $rc -eq 0 ] || failed=1
+}
+
+page=$(python3 -c 'import os; print(os.sysconf("SC_PAGESIZE"))')  # no getconf here
+say "kernel $(uname -r) $(uname -m), $(python3 --version), $(nproc) CPUs, $page-byte pages"
+case $(cat /proc/cmdline) in
+  *rdmaspawn.boot=rxe*)
+    # What this boot is for: pages of another size than x86-64's, and rxe0.
+    check "16 KiB pages" test "$page" = 16384
+    rxe() {
+      ip link add d0 type dummy && ip link set d0 up &&
+        rdma link add rxe0 type rxe netdev d0 && rdma link show rxe0/1
+    }
+    check "soft-RoCE rxe0 over a dummy netdev" rxe
+    pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1
+    say "done, failed=$failed"
+    exit $failed ;;
+esac
 check "rdmaspawn demo" python3 -m rdmaspawn demo
 # The doctor's text, with the clone path it names checked (dash's case: no
 # second interpreter): clone3 by default, clone under RDMASPAWN_CLONE=clone.
@@ -32,23 +67,8 @@ check "rdmaspawn doctor" doctor clone3
 check "rdmaspawn doctor (RDMASPAWN_CLONE=clone)" doctor clone RDMASPAWN_CLONE=clone
 
 # /lane/subset.clone3 on the clone3 path, /lane/subset.clone on glibc's
-# clone() (RDMASPAWN_CLONE=clone, which helper interpreters inherit); one
-# pytest argument a line.
-for path in clone3 clone; do
-  say "pytest $path: $(tr '\n' ' ' </lane/subset.$path)"
-  if [ "$path" = clone ]; then export RDMASPAWN_CLONE=clone; fi
-  : >/tmp/pytest.log
-  # shellcheck disable=SC2046
-  python3 -m pytest -v -p no:cacheprovider --durations=5 $(cat /lane/subset.$path) >/tmp/pytest.log 2>&1 &
-  pid=$!
-  # The log goes to the console line by line: a file first, so that pytest
-  # sees no terminal and a slow console never blocks it.
-  tail -n +1 -f /tmp/pytest.log --pid=$pid
-  wait $pid
-  rc=$?
-  say "pytest $path exit $rc"
-  [ $rc -eq 0 ] || failed=1
-  unset RDMASPAWN_CLONE
-done
+# clone() (RDMASPAWN_CLONE=clone, which helper interpreters inherit).
+pytest_run clone3
+pytest_run clone RDMASPAWN_CLONE=clone
 say "done, failed=$failed"
 exit $failed
