@@ -14,7 +14,7 @@
 # "crc32") and their dependencies, listed in modules.load each after what it
 # depends on (read from each module's own "depends=" field: no kmod here).
 # tests/c/arm64_init.c loads them when the running kernel is RELEASE.
-# apt runs with private lists, as tests/c/arm64_vm.sh does.
+# apt runs with private lists (tests/realdevice/debian_apt.sh).
 set -euo pipefail
 
 dir=${1:?usage: arm64_rxe_kernel.sh DIR}
@@ -25,19 +25,12 @@ found=$(ls "$dir"/boot/vmlinuz-* 2>/dev/null | head -n 1 || true)
 if [ -n "$found" ]; then echo "$found"; exit 0; fi
 
 st="$dir/apt"
-mkdir -p "$st/lists/partial" "$st/cache/archives/partial" "$st/deb"
-echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
-  "http://deb.debian.org/debian trixie main" >"$st/sources.list"
-apt=(-o Dir::Etc::SourceList="$st/sources.list" -o Dir::Etc::SourceParts=/dev/null
-     -o Dir::State::Lists="$st/lists" -o Dir::Cache="$st/cache"
-     -o Dir::State::status=/dev/null -o Debug::NoLocking=1 -o APT::Sandbox::User=root
-     -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o Acquire::Languages=none)
-apt-get "${apt[@]}" update -qq >&2
-pkg=$(apt-cache "${apt[@]}" depends linux-image-arm64-16k |
-      awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+. "$(dirname "${BASH_SOURCE[0]}")/../../tests/realdevice/debian_apt.sh"
+# shellcheck disable=SC2046
+apt-get $(apt_for "$st" trixie arm64) update -qq >&2
+pkg=$(apt_image "$st" trixie arm64 linux-image-arm64-16k)
 [ -n "$pkg" ] || { echo "arm64_rxe_kernel: no linux-image-arm64-16k in trixie" >&2; exit 1; }
-(cd "$st/deb" && apt-get "${apt[@]}" download "$pkg" >&2 2>/dev/null)
-dpkg-deb -x "$st"/deb/"$pkg"_*.deb "$st/root"
+apt_download "$st" trixie arm64 "$st/root" "$pkg"
 release=$(ls "$st/root/usr/lib/modules")
 tree="$st/root/usr/lib/modules/$release"
 out="$dir/lib/modules/$release"

@@ -11,11 +11,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/module.h>
 #include <linux/reboot.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -42,7 +43,7 @@ static void load_modules(const char *release)
             continue;
         snprintf(path, sizeof path, "/lib/modules/%s/%s", release, name);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
-        int flags = strstr(name, ".xz") != NULL ? 4 /* MODULE_INIT_COMPRESSED_FILE */ : 0;
+        int flags = strstr(name, ".xz") != NULL ? MODULE_INIT_COMPRESSED_FILE : 0;
         if (fd < 0 || syscall(SYS_finit_module, fd, "", flags) != 0)
             printf("arm64-vm: module %s not loaded: %s\n", name, strerror(errno));
         else

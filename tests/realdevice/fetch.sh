@@ -6,8 +6,8 @@
 #   - libibverbs1 + ibverbs-providers of each rdma-core release the matrix
 #     covers: bullseye 33.2, bookworm 44.0, trixie 56.1, sid (65.0), with
 #     the libc6 of trixie and sid (their libibverbs needs glibc 2.38).
-# apt runs with private lists (apt-get download, then dpkg-deb -x), as
-# tests/c/arm64_vm.sh does, so the machine's own apt state is not touched.
+# apt runs with private lists (apt-get download, then dpkg-deb -x:
+# debian_apt.sh), so the machine's own apt state is not touched.
 #
 #   tests/realdevice/fetch.sh DIR     fills DIR (skips what is already there)
 #
@@ -22,48 +22,19 @@ dir=$(cd "$dir" && pwd)
 KERNEL_SUITES="bookworm bullseye"
 VERBS_SUITES="bullseye bookworm trixie sid"
 
-# apt_for SUITE: the apt-get options of a private apt state for SUITE.
-apt_for() {
-  local s=$1 st="$dir/apt/$1"
-  if [ ! -f "$st/sources.list" ]; then
-    mkdir -p "$st/lists/partial" "$st/cache/archives/partial"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
-      "http://deb.debian.org/debian $s main" >"$st/sources.list"
-  fi
-  echo -o Dir::Etc::SourceList="$st/sources.list" -o Dir::Etc::SourceParts=/dev/null \
-    -o Dir::State::Lists="$st/lists" -o Dir::Cache="$st/cache" \
-    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o Acquire::Languages=none \
-    -o Dir::State::status=/dev/null -o Debug::NoLocking=1 \
-    -o APT::Sandbox::User=root -o APT::Architecture=amd64 -o APT::Architectures::=amd64
-}
-
+# A private apt state per suite, in DIR/apt/SUITE (debian_apt.sh); amd64 only.
+. "$(dirname "${BASH_SOURCE[0]}")/debian_apt.sh"
+opts_of() { apt_for "$dir/apt/$1" "$1" amd64; }
 # download SUITE OUTDIR PACKAGE...: fetch and unpack PACKAGEs of SUITE into OUTDIR.
-download() {
-  local s=$1 out=$2; shift 2
-  local opts; opts=$(apt_for "$s")
-  local deb; deb=$(mktemp -d "$dir/apt/$s/debs.XXXXXX")
-  mkdir -p "$out"
-  # shellcheck disable=SC2086
-  (cd "$deb" && apt-get $opts download "$@" >/dev/null)
-  local p
-  for p in "$@"; do dpkg-deb -x "$deb/${p}"_*.deb "$out"; done
-  rm -rf "$deb"
-}
-
-# The versioned image package the linux-image-amd64 metapackage points at.
-image_of() {
-  local opts; opts=$(apt_for "$1")
-  # shellcheck disable=SC2086
-  apt-cache $opts depends linux-image-amd64 |
-    awk '/Depends: linux-image-[0-9]/ { print $2; exit }'
-}
+download() { local s=$1; shift; apt_download "$dir/apt/$s" "$s" amd64 "$@"; }
+image_of() { apt_image "$dir/apt/$1" "$1" amd64 linux-image-amd64; }
 
 # The package lists first, one update per suite, the suites at once.
 pids=()
 for s in $VERBS_SUITES; do
   [ -n "$(ls "$dir/apt/$s/lists/"*Packages* 2>/dev/null)" ] && continue
   # shellcheck disable=SC2046
-  apt-get $(apt_for "$s") update -qq & pids+=($!)
+  apt-get $(opts_of "$s") update -qq & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || { echo "fetch: apt-get update failed" >&2; exit 1; }; done
 
