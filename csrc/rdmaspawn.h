@@ -250,6 +250,24 @@ enum rs_fork_state {
 int rs_fork_status(char *libpath, int libpath_len);
 int rs_fork_init(char *libpath, int libpath_len, int *err);
 
+/* forkrepair.c: the fork repair (see there). Start it where the kernel said
+ * it copies pinned pages at fork (the caller asks RDMA netlink): 0, or
+ * -errno for a libibverbs that could not be rewritten (the others are). */
+struct rs_repair_stats {
+    int active;           /* rs_repair_start() ran in this process */
+    long libraries;       /* libibverbs madvise slots rewritten */
+    long rewritten;       /* MADV_DONTFORK calls made MADV_DOFORK */
+    long unmarked;        /* marked mappings un-marked by the sweeps */
+    long sweeps;          /* sweeps of /proc/self/smaps */
+};
+int rs_repair_start(void);
+void rs_repair_stats(struct rs_repair_stats *out);
+
+/* unmark.c: 1 if a mapping of `path` (with VM_IO or VM_PFNMAP: io_or_pfnmap)
+ * is memory a driver mapped and marked for itself, 0 if it is ordinary
+ * memory (anonymous, a file, tmpfs, hugetlbfs, /dev/zero's). */
+int rs_driver_mapping(const char *path, int io_or_pfnmap);
+
 /* cdef-end */
 
 /* forkprobe.c: 1 if the libibverbs of this dlopen handle marks a range

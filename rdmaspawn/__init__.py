@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         fork_status,
         spawn,
     )
+    from ._native.forkrepair import ForkRepair, repair_fork
     from .dropin.forkexec import PreexecFnError
     from .dropin.patch import get_context, is_patched, patch, patched, unpatch
     from .dropin.popen import getoutput, getstatusoutput
@@ -59,7 +60,7 @@ __all__ = [
     "getstatusoutput", "PIPE", "STDOUT", "DEVNULL", "CompletedProcess",
     "SubprocessError", "CalledProcessError", "TimeoutExpired",
     "patch", "unpatch", "patched", "is_patched",
-    "fork_init", "fork_status", "ForkStatus", "ForkInitError",
+    "fork_init", "fork_status", "ForkStatus", "ForkInitError", "repair_fork", "ForkRepair",
     "spawn", "SpawnError", "PreexecFnError", "ChildSetupError", "preexec", "pty_spawn",
     "doctor", "guard", "unguard", "guarded", "is_guarded", "ForkHazardError",
     "ForkHazardWarning", "get_context",
@@ -75,6 +76,7 @@ _HOMES = {
     "._child.pack": ("ChildSetupError",),
     "._native.engine": ("ForkInitError", "ForkStatus", "SpawnError", "fork_init",
                         "fork_status", "spawn"),
+    "._native.forkrepair": ("ForkRepair", "repair_fork"),
     ".dropin.forkexec": ("PreexecFnError",),
     ".dropin.patch": ("get_context", "is_patched", "patch", "patched", "unpatch"),
     ".dropin.popen": ("getoutput", "getstatusoutput", "Popen", "call", "check_call",

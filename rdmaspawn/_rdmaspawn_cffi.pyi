@@ -24,6 +24,15 @@ class RsResult(CData):
     clone_method: int
     exec_index: int
 
+class RsRepairStats(CData):
+    """``struct rs_repair_stats *`` (the fork repair's counts)."""
+
+    active: int
+    libraries: int
+    rewritten: int
+    unmarked: int
+    sweeps: int
+
 class RsSetup(CData):
     """``struct rs_setup *`` (the declarative setup)."""
 
@@ -167,6 +176,10 @@ class Lib:
     def rs_split_blob(self, blob: _Bytes, n: int, out: CData, /) -> None: ...
     def rs_fork_status(self, libpath: CData, libpath_len: int, /) -> int: ...
     def rs_fork_init(self, libpath: CData, libpath_len: int, err: IntPtr, /) -> int: ...
+    # csrc/forkrepair.c, csrc/unmark.c: the fork repair
+    def rs_repair_start(self) -> int: ...
+    def rs_repair_stats(self, out: RsRepairStats, /) -> None: ...
+    def rs_driver_mapping(self, path: _Bytes, io_or_pfnmap: int, /) -> int: ...
 
 ffi: FFI
 lib: Lib

@@ -78,10 +78,12 @@ def test_parse_items() -> None:
     assert parse("") == (Settings(), [])
     assert parse("off") == (Settings(), [])
     assert parse("on")[0] == ON
-    assert parse("1,verbose")[0] == Settings(True, "raise", "forkserver", True)
+    assert parse("1,verbose")[0] == Settings(True, "raise", "forkserver", True, True)
+    assert parse("repair")[0] == Settings(repair=True)
     assert parse(" patch , guard ")[0] == Settings(patch=True, guard="warn")
     assert parse("start-method=spawn")[0] == Settings(start_method="spawn")
-    for s in (ON, Settings(patch=True, verbose=True), Settings(guard="warn"), Settings()):
+    for s in (ON, Settings(patch=True, verbose=True), Settings(guard="warn"),
+              Settings(repair=True), Settings()):
         assert parse(s.to_env())[0] == s
     settings, problems = parse("patch,guard=maybe,bogus,start_method=fork")
     assert settings == Settings(patch=True)
@@ -133,8 +135,9 @@ def test_verbose_says_once() -> None:
     lines = str(out["stderr"]).splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("rdmaspawn: RDMASPAWN='on,verbose' in pid ")
-    assert "patch(); guard('raise'); multiprocessing's default start method is forkserver" \
-        in lines[0]
+    # This host has no RDMA netlink: the repair refuses and forkserver is the fallback.
+    assert "patch(); guard('raise'); repair_fork() refused: " in lines[0]
+    assert lines[0].endswith("multiprocessing's default start method is forkserver")
 
 
 def test_bad_items_warn_in_one_line_each_and_the_rest_applies() -> None:

@@ -345,7 +345,7 @@ def test_rdma_netlink_reply_parsing() -> None:
 
     The bytes are built here from the uapi layout: this machine has no ib_core, so no
     real reply can be had (see the report)."""
-    from rdmaspawn.tools.doctor.facts import _copy_on_fork_attribute
+    from rdmaspawn._host.rdmanetlink import _copy_on_fork_attribute
 
     assert _copy_on_fork_attribute(_nl_reply([(70, b"\x01"), (93, b"\x01")]))[0] is True
     assert _copy_on_fork_attribute(_nl_reply([(93, b"\x00")]))[0] is False

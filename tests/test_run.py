@@ -86,11 +86,14 @@ def test_console_script_and_environment(tmp_path: Path) -> None:
     show = [sys.executable, "-c", "import os; print(os.environ['RDMASPAWN'])"]
     r = subprocess.run([CONSOLE, "run", "--", *show], capture_output=True, text=True,
                        timeout=60, env=clean_env(), cwd=tmp_path)
-    assert (r.returncode, r.stdout) == (0, "patch,guard=raise,start_method=forkserver\n")
+    assert (r.returncode, r.stdout) == (0, "patch,guard=raise,repair,start_method=forkserver\n")
     r = subprocess.run([*RUN, "--guard", "warn", "--start-method", "spawn", "-v", *show],
                        capture_output=True, text=True, timeout=60, env=clean_env(), cwd=tmp_path)
-    assert (r.returncode, r.stdout) == (0, "patch,guard=warn,start_method=spawn,verbose\n")
+    assert (r.returncode, r.stdout) == (0, "patch,guard=warn,repair,start_method=spawn,verbose\n")
     assert r.stderr.count("rdmaspawn: RDMASPAWN=") == 1, r.stderr
+    r = subprocess.run([*RUN, "--repair", "off", *show],
+                       capture_output=True, text=True, timeout=60, env=clean_env(), cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "patch,guard=raise,start_method=forkserver\n")
 
 
 @pytest.mark.parametrize(("command", "status"), [
@@ -166,7 +169,7 @@ def test_command_gets_the_environment_run_was_given(tmp_path: Path) -> None:
     r = subprocess.run([*RUN, "--", "env"], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path, env=env)
     got = dict(line.split("=", 1) for line in r.stdout.splitlines())
-    assert got == {**env, "RDMASPAWN": "patch,guard=raise,start_method=forkserver"}, r.stderr
+    assert got == {**env, "RDMASPAWN": "patch,guard=raise,repair,start_method=forkserver"}, r.stderr
 
 
 def test_a_script_without_a_shebang_runs_with_sh(tmp_path: Path) -> None:

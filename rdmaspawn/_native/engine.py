@@ -16,6 +16,7 @@ from .._child.model import ChildSetup
 from .._rdmaspawn_cffi import ffi, lib
 from . import capi as _capi
 from . import clonepath as _clonepath
+from . import forkrepair as _forkrepair
 from .request import (
     CLOSE_FDS,
     FORCE_CLONE,
@@ -95,10 +96,17 @@ class ForkStatus(NamedTuple):
     what ``ibv_is_fork_initialized()`` answers: rdma-core 35-50 answer
     "unneeded" on a copy-on-fork kernel and still mark once fork protection
     is on, and that is "enabled" here (see csrc/forkinit.c).
+
+    repair is the fork repair's (:func:`rdmaspawn.repair_fork`): "repaired"
+    (in force: libibverbs' marks are kept out of every fork), "repairable"
+    (the kernel copies pinned pages at fork; not started), or "not
+    repairable" (the kernel does not say so, or RDMAV_USE_MADVISE is set:
+    marks stay and protect).
     """
 
     state: str
     library: str | None
+    repair: str = "not repairable"
 
 
 def _fsencode(value: object) -> bytes:
@@ -343,10 +351,16 @@ def _status(call: str) -> tuple[int, str | None, int]:
     return state, library, err[0]
 
 
+def _repair_word() -> str:
+    if _forkrepair.repair_state().active:
+        return "repaired"
+    return "repairable" if _forkrepair.refusal() is None else "not repairable"
+
+
 def fork_status() -> ForkStatus:
     """Report libibverbs' fork protection for this process (see :class:`ForkStatus`)."""
     state, library, _ = _status("status")
-    return ForkStatus(_STATES[state], library)
+    return ForkStatus(_STATES[state], library, _repair_word())
 
 
 def fork_init() -> ForkStatus:
@@ -371,4 +385,4 @@ def fork_init() -> ForkStatus:
         )
     if err:
         raise ForkInitError(err, f"ibv_fork_init() failed: {os.strerror(err)}")
-    return ForkStatus(_STATES[state], library)
+    return ForkStatus(_STATES[state], library, _repair_word())

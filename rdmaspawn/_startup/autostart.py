@@ -49,7 +49,18 @@ def apply(settings: Settings) -> list[str]:
 
         guard(settings.guard)  # with Pool's worker handler (see dropin.poolhandler)
         done.append(f"guard({settings.guard!r})")
-    if settings.start_method is not None:
+    repaired = False
+    if settings.repair:
+        from .._native.forkrepair import repair_fork  # no C unless the kernel says yes
+
+        result = repair_fork()
+        repaired = result.active
+        done.append("repair_fork(): in force" if repaired
+                    else f"repair_fork() refused: {result.reason}")
+    if settings.start_method is not None and repaired:
+        done.append(f"multiprocessing's default start method left as it is ({settings.start_method} "
+                    "is the fallback where the fork repair cannot apply)")
+    elif settings.start_method is not None:
         from ..dropin.startmethod import prefer_start_method
 
         method = settings.start_method

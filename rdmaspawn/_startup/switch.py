@@ -10,11 +10,16 @@ item                        effect at interpreter start
 ==========================  =====================================================
 ``patch``                   ``rdmaspawn.patch()``
 ``guard=raise``             ``rdmaspawn.guard("raise")`` (``guard`` alone: ``"warn"``)
+``repair``                  ``rdmaspawn.repair_fork()``: where the kernel reports
+                            copy-on-fork, libibverbs' marks are kept out of
+                            every fork(); elsewhere nothing
 ``start_method=forkserver`` multiprocessing's default start method becomes
                             forkserver (or ``spawn``) unless the program picks one
-                            (``forkserver``: a no-op on 3.14+, already the default)
+                            (``forkserver``: a no-op on 3.14+, already the default);
+                            with ``repair`` in force, left alone: ``fork`` stays
+                            safe there
 ``verbose``                 one line on stderr saying what was done
-``on`` (or ``1``)           ``patch,guard=raise,start_method=forkserver``
+``on`` (or ``1``)           ``patch,guard=raise,repair,start_method=forkserver``
 ``off`` (or ``0``, empty)   nothing
 ==========================  =====================================================
 
@@ -36,7 +41,8 @@ START_METHODS = ("forkserver", "spawn")
 
 _ON = ("on", "1")
 _OFF = ("off", "0")
-_ITEMS_HELP = ("patch, guard=warn|raise, start_method=forkserver|spawn, verbose, on, off")
+_ITEMS_HELP = ("patch, guard=warn|raise, repair, start_method=forkserver|spawn, verbose, on, "
+               "off")
 
 
 class Settings(NamedTuple):
@@ -49,15 +55,20 @@ class Settings(NamedTuple):
     #: ``"forkserver"``, ``"spawn"`` or ``None`` (leave multiprocessing's default).
     start_method: str | None = None
     verbose: bool = False
+    #: ``rdmaspawn.repair_fork()``; where it is in force, ``start_method`` is not applied.
+    repair: bool = False
 
     def __bool__(self) -> bool:
-        return self.patch or self.guard is not None or self.start_method is not None
+        return (self.patch or self.guard is not None or self.start_method is not None
+                or self.repair)
 
     def to_env(self) -> str:
         """The ``RDMASPAWN`` value that asks for exactly this (``"off"`` for nothing)."""
         items = ["patch"] if self.patch else []
         if self.guard is not None:
             items.append(f"guard={self.guard}")
+        if self.repair:
+            items.append("repair")
         if self.start_method is not None:
             items.append(f"start_method={self.start_method}")
         if self.verbose:
@@ -66,7 +77,7 @@ class Settings(NamedTuple):
 
 
 #: What ``on`` stands for, and what ``rdmaspawn run`` asks for by default.
-ON = Settings(patch=True, guard="raise", start_method="forkserver")
+ON = Settings(patch=True, guard="raise", start_method="forkserver", repair=True)
 
 
 def parse(value: str) -> tuple[Settings, list[str]]:
@@ -81,8 +92,8 @@ def parse(value: str) -> tuple[Settings, list[str]]:
         if not item or (key in _OFF and not sep):
             continue
         if key in _ON and not sep:
-            found.update(patch=True, guard=ON.guard, start_method=ON.start_method)
-        elif key in ("patch", "verbose") and not sep:
+            found.update(patch=True, guard=ON.guard, start_method=ON.start_method, repair=True)
+        elif key in ("patch", "verbose", "repair") and not sep:
             found[key] = True
         elif key == "guard" and (not sep or arg in GUARD_ACTIONS):
             found["guard"] = arg if sep else "warn"

@@ -45,8 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--start-method", choices=(*START_METHODS, "keep"),
                         default=ON.start_method,
                         help="multiprocessing's default start method where the program "
-                             "chooses none (default: %(default)s, CPython 3.14+'s own default; "
-                             "keep: CPython's, fork on 3.9-3.13)")
+                             "chooses none and the fork repair cannot apply (default: "
+                             "%(default)s, CPython 3.14+'s own default; keep: CPython's, "
+                             "fork on 3.9-3.13)")
+    parser.add_argument("--repair", choices=("auto", "off"), default="auto",
+                        help="auto (default): where the kernel reports copy-on-fork, keep "
+                             "libibverbs' MADV_DONTFORK marks out of every fork() "
+                             "(rdmaspawn.repair_fork()); there --start-method is not applied "
+                             "and fork stays fork. off: never")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="each Python process says on stderr what it applied")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
@@ -60,6 +66,7 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
         guard=None if ns.guard == "off" else ns.guard,
         start_method=None if ns.start_method == "keep" else ns.start_method,
         verbose=ns.verbose,
+        repair=ns.repair == "auto",
     )
 
 

@@ -7,7 +7,7 @@ Runs ``torchrun --standalone --nproc-per-node 2 gloo_exit.py`` ``--runs``
 times for each variant, interleaved (so machine load hits all alike),
 ``--parallel`` jobs at a time. A variant is an ``RDMASPAWN`` value for the
 whole job: ``off`` is the plain job, ``run`` is ``rdmaspawn run -- torchrun
-...`` itself (which sets ``patch,guard=raise,start_method=forkserver``), and
+...`` itself (which sets ``patch,guard=raise,repair,start_method=forkserver``), and
 any other value (``patch``, ``guard=raise``, ...) is set in the environment,
 to tell which part of rdmaspawn matters. Default: ``off run``. A job counts
 as aborted when its output says "terminate called" (std::terminate in a

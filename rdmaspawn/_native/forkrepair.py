@@ -1,0 +1,110 @@
+"""The fork repair: keep libibverbs' needless MADV_DONTFORK marks out of every fork().
+
+On a kernel that copies DMA-pinned pages into a fork() child (and says so
+over RDMA netlink), the mark libibverbs puts on every registration protects
+nothing, and only takes malloc's and Python's pages out of the child.
+:func:`repair_fork` asks the kernel, and where it answers yes has the C core
+(``csrc/forkrepair.c``) turn libibverbs' marking into un-marking, un-mark
+what is marked already (driver memory excepted), and catch a libibverbs
+loaded later at the next fork. Then ``os.fork()``, multiprocessing's
+``fork``, ``preexec_fn`` and a ``fork()`` from C all work again, with no
+change of start method. Elsewhere it refuses, in one line that says why,
+and nothing changes. docs/how-it-works.md has the mechanism and its limits.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import NamedTuple
+
+from .._host.rdmanetlink import rdma_netlink_copy_on_fork
+
+__all__ = ["ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
+
+#: rdma-core's variable for "mark registrations even where the kernel copies
+#: pinned pages" (libibverbs 51+): the program asked for the marks.
+USE_MADVISE = "RDMAV_USE_MADVISE"
+
+# The C core's module, loaded only where the repair starts or is asked about.
+_C = "rdmaspawn._rdmaspawn_cffi"
+
+
+class ForkRepair(NamedTuple):
+    """Whether the fork repair is in force in this process, and why (not)."""
+
+    #: True: libibverbs' marks are kept out of every fork() of this process.
+    active: bool
+    #: One line: why it is, or is not, in force.
+    reason: str
+    #: libibverbs instances whose marking was turned into un-marking.
+    libraries: int = 0
+    #: MADV_DONTFORK calls of libibverbs made MADV_DOFORK.
+    rewritten: int = 0
+    #: Marked mappings un-marked by the sweeps (marks made before a
+    #: libibverbs was found).
+    unmarked: int = 0
+
+
+def refusal() -> str | None:
+    """Why the repair may not run here, in one line; ``None`` where it may."""
+    if USE_MADVISE in os.environ:
+        return (f"{USE_MADVISE} is set: the program asked libibverbs to mark its "
+                "registrations MADV_DONTFORK, so the marks stay")
+    copies, how = rdma_netlink_copy_on_fork()
+    if copies:
+        return None
+    if copies is False:
+        return (f"the kernel does not say it copies DMA-pinned pages at fork ({how}): "
+                "there the MADV_DONTFORK marks protect registered memory, so they stay")
+    return (f"the kernel's copy of DMA-pinned pages at fork cannot be confirmed ({how}): "
+            "the MADV_DONTFORK marks stay")
+
+
+def repair_state(reason: str | None = None) -> ForkRepair:
+    """The repair's state in this process, without starting it."""
+    from .._rdmaspawn_cffi import ffi, lib  # here: RDMASPAWN=on loads no C unless it must
+
+    stats = ffi.new("struct rs_repair_stats *")
+    lib.rs_repair_stats(stats)
+    if reason is None:
+        reason = ("in force: libibverbs' MADV_DONTFORK marks are made MADV_DOFORK "
+                  "(the kernel copies DMA-pinned pages at fork)" if stats.active
+                  else "not started (rdmaspawn.repair_fork() starts it)")
+    return ForkRepair(bool(stats.active), reason, int(stats.libraries),
+                      int(stats.rewritten), int(stats.unmarked))
+
+
+def repair_fork() -> ForkRepair:
+    """Make ``fork()`` safe in this process where the kernel allows it.
+
+    Where the kernel reports over RDMA netlink that it copies DMA-pinned
+    pages at fork (Linux 5.13 and later with an RDMA driver loaded) and
+    ``RDMAV_USE_MADVISE`` is unset: libibverbs' ``MADV_DONTFORK`` marks,
+    present and future, are kept out of every fork of this process, and the
+    result is ``active``. Anywhere else nothing changes, and ``reason`` says
+    why in one line. Calling it again is harmless. Never raises for a
+    refusal: a job calls it and carries on either way.
+    """
+    why_not = refusal()
+    if why_not is not None:
+        if _C not in sys.modules:  # never started: no C to load to say so
+            return ForkRepair(False, why_not)
+        current = repair_state()
+        return current if current.active else current._replace(reason=why_not)
+    from .._rdmaspawn_cffi import lib
+
+    rc = lib.rs_repair_start()
+    if rc < 0:
+        return repair_state(
+            "in force, but one libibverbs could not be rewritten "
+            f"({os.strerror(-rc)}): its marks stay; the rest are repaired")
+    return repair_state()
+
+
+def start_without_asking() -> ForkRepair:
+    """The mechanism without the kernel's word: for tests on hosts without
+    RDMA netlink, where marks made without registering are safe to take off."""
+    from .._rdmaspawn_cffi import lib
+
+    lib.rs_repair_start()
+    return repair_state()
