@@ -23,6 +23,21 @@
 
 #define RS_MEM_MAJOR 1  /* /dev/mem, /dev/zero, /dev/null: memory, not a driver's */
 
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = 0, m = 0;
+    while (s[n])
+        n++;
+    while (tail[m])
+        m++;
+    if (m > n)
+        return 0;
+    for (size_t i = 0; i < m; i++)
+        if (s[n - m + i] != tail[i])
+            return 0;
+    return 1;
+}
+
 int rs_driver_mapping(const char *path, int io_or_pfnmap)
 {
     struct stat st;
@@ -32,9 +47,12 @@ int rs_driver_mapping(const char *path, int io_or_pfnmap)
     for (int i = 0; dev[i]; i++)
         if (path[i] != dev[i])
             return 0;
-    if (rs_sys4(SYS_newfstatat, AT_FDCWD, (long)path, (long)&st, 0) < 0)
-        return 1;  /* cannot tell: a device path counts as the driver's */
-    return S_ISCHR(st.st_mode) && major(st.st_rdev) != RS_MEM_MAJOR;
+    if (rs_sys4(SYS_newfstatat, AT_FDCWD, (long)path, (long)&st, 0) == 0)
+        return S_ISCHR(st.st_mode) && major(st.st_rdev) != RS_MEM_MAJOR;
+    /* Gone: shared anonymous memory ("/dev/zero (deleted)") and an unlinked
+     * /dev/shm file are memory (a driver's device node does not vanish while
+     * mapped); anything else we cannot see is left to the driver. */
+    return !ends_with(path, " (deleted)");
 }
 
 /* The mapping being read: its range, its path and its flags. */
