@@ -29,13 +29,6 @@
 
 typedef int (*range_fn)(void *, size_t);
 
-/* Device memory (uverbs doorbells and queues) is marked by its driver, not
- * by libibverbs; POSIX shared memory under /dev/shm is ordinary memory. */
-static int is_device(const char *path)
-{
-    return strncmp(path, "/dev/", 5) == 0 && strncmp(path, "/dev/shm/", 9) != 0;
-}
-
 /* From /proc/self/smaps: with addr, 1 if the mapping holding it is "dc"
  * (MADV_DONTFORK), 0 if not; with addr 0, 1 if any mapping that is not
  * device memory is. -1 if smaps cannot be read or addr is not mapped. */
@@ -55,7 +48,12 @@ static int smaps_dc(uintptr_t addr)
          * rest of a long line, read by the next fgets, is not one. */
         if (at_start && sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path_at) >= 2
                 && path_at > 0) {
-            inside = addr ? addr >= lo && addr < hi : !is_device(line + path_at);
+            /* Device memory (uverbs doorbells and queues) is marked by its
+             * driver, not by libibverbs: rs_driver_mapping() is the rule. */
+            char *nl = strchr(line + path_at, '\n');
+            if (nl)
+                *nl = 0;
+            inside = addr ? addr >= lo && addr < hi : !rs_driver_mapping(line + path_at, 0);
         } else if (at_start && inside && strncmp(line, "VmFlags:", 8) == 0) {
             int dc = strstr(line, " dc") != NULL;
             if (addr) {

@@ -264,8 +264,8 @@ int rs_repair_start(void);
 void rs_repair_stats(struct rs_repair_stats *out);
 
 /* unmark.c: 1 if a mapping of `path` (with VM_IO or VM_PFNMAP: io_or_pfnmap)
- * is memory a driver mapped and marked for itself: those flags, or a
- * character device other than the memory devices (major 1), or a path under
+ * is memory a driver mapped and marked for itself: those flags, a block
+ * device, or a character device other than the memory devices (major 1), or a path under
  * /dev that cannot be looked at; 0 if it is ordinary memory (anonymous, a
  * file, tmpfs, hugetlbfs under any name, /dev/zero's, a deleted file). */
 int rs_driver_mapping(const char *path, int io_or_pfnmap);

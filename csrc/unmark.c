@@ -23,6 +23,14 @@
 
 #define RS_MEM_MAJOR 1  /* /dev/mem, /dev/zero, /dev/null: memory, not a driver's */
 
+static int starts_with(const char *s, const char *head)
+{
+    for (; *head; s++, head++)
+        if (*s != *head)
+            return 0;
+    return 1;
+}
+
 static int ends_with(const char *s, const char *tail)
 {
     size_t n = 0, m = 0;
@@ -41,18 +49,20 @@ static int ends_with(const char *s, const char *tail)
 int rs_driver_mapping(const char *path, int io_or_pfnmap)
 {
     struct stat st;
-    static const char dev[] = "/dev/";
     if (io_or_pfnmap)
         return 1;  /* VM_IO / VM_PFNMAP: device memory, whatever file it came through */
-    for (int i = 0; dev[i]; i++)
-        if (path[i] != dev[i])
-            return 0;
+    if (!starts_with(path, "/dev/"))
+        return 0;
     if (rs_sys4(SYS_newfstatat, AT_FDCWD, (long)path, (long)&st, 0) == 0)
-        return S_ISCHR(st.st_mode) && major(st.st_rdev) != RS_MEM_MAJOR;
-    /* Gone: shared anonymous memory ("/dev/zero (deleted)") and an unlinked
-     * /dev/shm file are memory (a driver's device node does not vanish while
-     * mapped); anything else we cannot see is left to the driver. */
-    return !ends_with(path, " (deleted)");
+        return S_ISBLK(st.st_mode) || (S_ISCHR(st.st_mode) && major(st.st_rdev) != RS_MEM_MAJOR);
+    /* Not to be seen (gone, or another process's mount namespace): shared
+     * anonymous memory ("/dev/zero (deleted)") and an unlinked file are memory
+     * (a driver's device node does not vanish while mapped), and so is what
+     * lives where distributions mount POSIX shared memory and hugetlbfs
+     * (/dev/shm, /dev/hugepages, /dev/hugepages1G, ...); anything else under
+     * /dev is left to the driver. */
+    return !ends_with(path, " (deleted)") && !starts_with(path, "/dev/shm/")
+           && !starts_with(path, "/dev/hugepages");
 }
 
 /* The mapping being read: its range, its path and its flags. */

@@ -111,6 +111,11 @@ def test_device_path_rule() -> None:
     assert procfs.is_device_path("/dev/nvidia0")
     assert not procfs.is_device_path("/dev/shm/psm_1")
     assert not procfs.is_device_path("/dev/hugepages/rtemap_0")
+    assert not procfs.is_device_path("/dev/hugepages1G/rtemap_0")  # issue 27: other names
+    assert not procfs.is_device_path("/dev/hugepages2M/rtemap_0")
+    assert procfs.is_device_path("/dev/tty")                  # a character device, there
+    assert not procfs.is_device_path("/dev/null")             # major 1: memory devices
+    assert procfs.is_device_path("", io_or_pfnmap=True)       # VM_IO / VM_PFNMAP
     assert not procfs.is_device_path("/dev/zero (deleted)")
     assert not procfs.is_device_path("")
 

@@ -107,8 +107,8 @@ class Mapping(NamedTuple):
 
     @property
     def device(self) -> bool:
-        """A mapping of a device file (driver memory, doorbells), see :func:`is_device_path`."""
-        return is_device_path(self.path)
+        """Driver memory (doorbells, device queues), see :func:`is_device_path`."""
+        return is_device_path(self.path, "io" in self.vmflags or "pf" in self.vmflags)
 
     def describe(self) -> str:
         """``0x7f..000-0x7f..000 rw-p 4 KiB [heap]`` -- one line for messages."""
@@ -116,21 +116,19 @@ class Mapping(NamedTuple):
         return f"0x{self.start:x}-0x{self.end:x} {self.perms} {_human(self.size)} {what}"
 
 
-# Memory file systems and memory devices that sit under /dev but hold ordinary
-# memory, which a fork() child can trip on like any other: POSIX shared
-# memory (tmpfs), hugetlbfs where distributions mount it (DPDK and SPDK map
-# their hugepage files there and register them for RDMA), and /dev/zero
-# (shared anonymous memory, shown as "/dev/zero (deleted)").
-_MEMORY_UNDER_DEV = ("/dev/shm/", "/dev/hugepages/", "/dev/zero")
+def is_device_path(path: str, io_or_pfnmap: bool = False) -> bool:
+    """Whether a mapping of ``path`` is driver memory, whose ``dc`` flag the driver set.
 
-
-def is_device_path(path: str) -> bool:
-    """Whether ``path`` names a device file whose ``dc`` flag the driver set.
-
-    Memory that merely lives under ``/dev`` (``/dev/shm``, ``/dev/hugepages``,
-    ``/dev/zero``) is ordinary memory and does not count.
+    One rule, in C (``rs_driver_mapping`` in csrc/unmark.c), for the doctor,
+    the guard and the fork repair alike: ``VM_IO``/``VM_PFNMAP``, a block device, or a
+    character device that is not one of the memory devices (``/dev/zero``
+    and its kin). Memory that merely lives under ``/dev`` (``/dev/shm``,
+    hugetlbfs wherever it is mounted) is ordinary memory: the file's type
+    decides where it can be seen, not its path.
     """
-    return path.startswith("/dev/") and not path.startswith(_MEMORY_UNDER_DEV)
+    from .._rdmaspawn_cffi import lib  # the C core always ships (see _startup.sourcetree)
+
+    return bool(lib.rs_driver_mapping(os.fsencode(path), int(io_or_pfnmap)))
 
 
 def _human(n: int) -> str:
