@@ -19,11 +19,15 @@ from typing import NamedTuple
 
 from .._host.rdmanetlink import rdma_netlink_copy_on_fork
 
-__all__ = ["ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
+__all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
 
 #: rdma-core's variable for "mark registrations even where the kernel copies
 #: pinned pages" (libibverbs 51+): the program asked for the marks.
 USE_MADVISE = "RDMAV_USE_MADVISE"
+
+#: What a process with the repair in force maps (csrc/forkrepair.c's memfd), so
+#: that the doctor can tell from outside.
+MARKER = "/memfd:rdmaspawn-fork-repair"
 
 # The C core's module, loaded only where the repair starts or is asked about.
 _C = "rdmaspawn._rdmaspawn_cffi"

@@ -90,6 +90,10 @@ ENV_VARS: dict[str, str] = {
         "UCX IB transports: 'try' (default) calls ibv_fork_init() and carries on if it "
         "fails, 'yes' calls it and fails without it, 'no' never calls it"
     ),
+    "RDMAV_USE_MADVISE": (
+        "set: libibverbs (rdma-core 51+) marks registrations MADV_DONTFORK even where the "
+        "kernel copies pinned pages at fork, and rdmaspawn's fork repair stays off"
+    ),
 }
 
 

@@ -9,7 +9,9 @@ import sys
 from typing import Any
 
 from ..._host.processinfo import exe_path, read_environ
-from ..._host.procfs import Pid, all_mappings, library_paths, max_map_count
+from ..._host.procfs import Mapping, Pid, all_mappings, library_paths, max_map_count
+from ..._native.forkrepair import MARKER as REPAIR_MARKER
+from ..._native.forkrepair import USE_MADVISE
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
 from .classify import classify
@@ -173,6 +175,7 @@ def doctor(pid: int | None = None) -> Report:
         fork_note = _outside_fork_note(loaded_verbs, env, findings)
 
     cof, netlink_note = rdma_netlink_copy_on_fork()
+    repair, repair_note = _fork_repair(mappings, env, cof)
     verbs = VerbsFacts(
         kernel=platform.release(),
         kernel_copies=kernel_copies_pinned_pages(),
@@ -191,12 +194,30 @@ def doctor(pid: int | None = None) -> Report:
         environment_source=env_source, kernel=verbs.kernel,
         kernel_copies_pinned_pages=verbs.kernel_copies, rdma_netlink=netlink_note,
         python=python, subprocess_default=default, subprocess_preexec=preexec,
+        fork_repair=repair, fork_repair_note=repair_note,
         engine_loaded="rdmaspawn engine" in libs, patched=patched, guarded=guarded,
         mp_start_method=mp_method, mp_default_start_method=mp_default,
         clone_path=clone_path, clone_path_note=clone_note, notes=notes,
     )
     judge(report)
     return report
+
+
+def _fork_repair(mappings: list[Mapping], env: dict[str, str | None],
+                 copies: bool | None) -> tuple[str, str]:
+    """The fork repair's word for a process, and what it means (one rule, self or not)."""
+    if any(m.path.startswith(REPAIR_MARKER) for m in mappings):
+        return "repaired", ("in force: libibverbs' MADV_DONTFORK marks are made MADV_DOFORK, "
+                            "and marks made before are taken off at the next fork()")
+    if env.get(USE_MADVISE) is not None:
+        return "not repairable", f"{USE_MADVISE} is set: the marks were asked for"
+    if copies:
+        return "repairable", ("the kernel copies DMA-pinned pages at fork: "
+                              "rdmaspawn.repair_fork() (in RDMASPAWN=on and rdmaspawn run) "
+                              "keeps libibverbs' marks out of every fork()")
+    return "not repairable on this kernel", ("the kernel does not say it copies DMA-pinned "
+                                             "pages at fork: the marks protect registered "
+                                             "memory here")
 
 
 def _outside_fork_note(verbs_path: str | None, env: dict[str, str | None],

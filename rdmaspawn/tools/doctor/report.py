@@ -43,6 +43,9 @@ class Report:
     python: str
     subprocess_default: str
     subprocess_preexec: str
+    #: The fork repair: "repaired" (in force), "repairable", or "not repairable ...".
+    fork_repair: str
+    fork_repair_note: str
     #: Whether rdmaspawn's engine module is mapped in the process.
     engine_loaded: bool
     patched: bool | None
@@ -112,6 +115,7 @@ class Report:
         out.append(f"Fork status: {self.fork_status or 'unknown'} -- {self.fork_status_note}")
         out.append(f"Fork protection: {self.fork_protection.text}")
         out.append(f"Kernel: {self.kernel}; {self.rdma_netlink}")
+        out.append(f"Fork repair: {self.fork_repair} -- {self.fork_repair_note}")
         out.append(f"Environment ({self.environment_source}):")
         for name, value in self.environment.items():
             if value is None:

@@ -20,6 +20,12 @@ def judge(r: Report) -> None:
             r.notes.append("only device mappings and buffers on pages of their own are "
                            "MADV_DONTFORK; fork() children that exec right away are not affected")
         return
+    if r.fork_repair == "repaired" and r.verbs_loaded:
+        r.verdict = "OK"
+        r.notes.append("marked, repaired: the fork repair is in force in this process, so "
+                       "libibverbs makes no new mark and the next fork() takes these off "
+                       "first (driver memory excepted); fork() children get every page")
+        return
     r.verdict = "HAZARD"
     worst = max(risky, key=lambda f: RISK_ORDER[f.risk])
     kinds = ", ".join(sorted({f.kind for f in risky}))
@@ -30,6 +36,13 @@ def judge(r: Report) -> None:
         "hold allocator memory"
     )
     a = r.advice
+    if r.fork_repair == "repairable":
+        a.append("marked, repairable: this kernel copies DMA-pinned pages at fork, so the "
+                 "marks protect nothing: rdmaspawn.repair_fork() at start-up (or "
+                 "RDMASPAWN=on, rdmaspawn run) keeps them out of every fork(), and "
+                 "os.fork() and multiprocessing's fork work again")
+    elif r.fork_repair.startswith("not repairable"):
+        r.notes.append(f"marked, {r.fork_repair}: {r.fork_repair_note}")
     if r.is_self and r.patched:
         a.append("rdmaspawn.patch() is in force: subprocess calls without preexec_fn start "
                  "children with CLONE_VM|CLONE_VFORK and are safe")
