@@ -1,4 +1,4 @@
-"""The two small benchmarks that write figures into the docs: each runs,
+"""The small benchmarks that write figures into the docs: each runs,
 writes its block between its page's markers and nowhere else, and the
 committed pages hold a generated block (not an empty pair of markers)."""
 from __future__ import annotations
@@ -11,8 +11,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"startup": [ROOT / "README.md", ROOT / "docs" / "run.md"],
-         "guardcost": [ROOT / "docs" / "doctor-and-guard.md"]}
-ARGS = {"startup": ["--rounds", "1"], "guardcost": ["--rounds", "1", "--shapes", "200:0"]}
+         "guardcost": [ROOT / "docs" / "doctor-and-guard.md"],
+         "repaircost": [ROOT / "docs" / "how-it-works.md"]}
+ARGS = {"startup": ["--rounds", "1"], "guardcost": ["--rounds", "1", "--shapes", "200:0"],
+        "repaircost": ["--rounds", "1", "--shapes", "200:1"]}
 
 
 def _block(text: str, name: str) -> str:
