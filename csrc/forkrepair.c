@@ -53,7 +53,7 @@ typedef int (*madvise_fn)(void *, size_t, int);
 static int repairing;                  /* rs_repair_start() ran */
 static madvise_fn next_madvise;        /* what libibverbs called before (libc's, or a hook's) */
 static long rewritten, unmarked, sweeps, libraries;
-static int busy;                       /* one look at the loader's list at a time */
+static int looking;                    /* the thread id of the look under way, 0 if none */
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static int start_rc;
 
@@ -102,10 +102,17 @@ static int rewrite(struct link_map *lm)
  * anything. */
 static int look(void)
 {
-    int fresh = 0, expected = 0, rc = 0;
-    if (!__atomic_compare_exchange_n(&busy, &expected, 1, 0,
-                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-        return 0;  /* a look under way: this one is a signal handler's fork inside it */
+    int fresh = 0, rc = 0, me = (int)rs_sys1(SYS_gettid, 0), expected;
+    for (;;) {  /* one look at a time: another thread's is waited for, so that
+                   this fork comes after its rewrite and its sweep */
+        expected = 0;
+        if (__atomic_compare_exchange_n(&looking, &expected, me, 0,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;
+        if (expected == me)
+            return 0;  /* our own look, interrupted by a signal handler's fork */
+        rs_sys1(SYS_sched_yield, 0);
+    }
     if (__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE) == RT_CONSISTENT) {
         for (struct link_map *lm = _r_debug.r_map; lm; lm = lm->l_next) {
             if (!lm->l_name || !is_verbs(lm->l_name))
@@ -125,7 +132,7 @@ static int look(void)
         else if (n < 0)
             rc = (int)n;
     }
-    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&looking, 0, __ATOMIC_RELEASE);
     return rc;
 }
 
