@@ -6,7 +6,9 @@ KIND: ``malloc``, ``bytearray`` or ``page`` (see ``verbs.py``).  MODE:
 ``stock`` runs CPython's own ways (the control), ``rdmaspawn`` runs
 rdmaspawn.Popen and subprocess under patch(), ``stock+rdmaspawn`` both,
 ``all`` the stock ways and rdmaspawn.Popen (for a process started under
-``rdmaspawn run``, where the stock ways are patched).
+``rdmaspawn run``, where the stock ways are patched); ``repaired`` calls
+``rdmaspawn.repair_fork()`` after registering, then the stock ways and the
+forks that run Python or C code in the child.
 Prints one JSON line: the registration, whether its page is ``dc`` in smaps,
 ``ibv_is_fork_initialized()``, ``rdmaspawn.fork_status()``, and each way's
 outcome ("exit 0", "signal 11", "raised ForkHazardError", ...).  With
@@ -68,6 +70,47 @@ def mp_default() -> str:
     return _status(p.exitcode if p.exitcode is not None else 255)
 
 
+def fork_python() -> str:
+    """A fork whose child runs Python: allocates, imports, answers through a pipe."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        junk = [bytearray(4096) for _ in range(2000)]
+        del junk
+        import decimal  # noqa: F401  (not loaded yet)
+        os.write(w, str(sum(range(1000))).encode())
+        os._exit(0)
+    os.close(w)
+    data = os.read(r, 100)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    result = _status(os.waitstatus_to_exitcode(status))
+    return result if result != "exit 0" or data == b"499500" else f"bad answer {data!r}"
+
+
+def mp_fork_pool() -> str:
+    # A Pool whose workers die restarts them for ever: bounded here.
+    pool = multiprocessing.get_context("fork").Pool(2)
+    try:
+        got = pool.map_async(abs, range(-8, 0)).get(timeout=60)
+    except multiprocessing.TimeoutError:
+        return "hung (no result in 60 s)"
+    finally:
+        pool.terminate()
+        pool.join()
+    return "exit 0" if got == list(range(8, 0, -1)) else f"bad answer {got}"
+
+
+def libc_fork() -> str:
+    import ctypes
+
+    pid = ctypes.CDLL(None).fork()
+    if pid == 0:
+        os.execv(TRUE[0], TRUE)
+    _, status = os.waitpid(pid, 0)
+    return _status(os.waitstatus_to_exitcode(status))
+
+
 def rdmaspawn_popen() -> str:
     return _status(rdmaspawn.Popen(TRUE).wait())
 
@@ -101,6 +144,8 @@ MODES = {
     "stock+rdmaspawn": {**STOCK, **RDMASPAWN},
     # Under `rdmaspawn run` the stock ways are the patched ones.
     "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
+    "repaired": {**STOCK, "os.fork running Python": fork_python,
+                 "multiprocessing fork Pool": mp_fork_pool, "ctypes libc.fork()": libc_fork},
 }
 
 
@@ -123,8 +168,11 @@ def main() -> int:
         "dc": is_dontfork(address),
         "ibv_is_fork_initialized": device.fork_state(),
         "fork_status": rdmaspawn.fork_status().state,
-        "ways": {name: outcome(way) for name, way in MODES[mode].items()},
     }
+    if mode == "repaired":
+        report["repair"] = rdmaspawn.repair_fork()._asdict()
+        report["dc_after"] = is_dontfork(address)
+    report["ways"] = {name: outcome(way) for name, way in MODES[mode].items()}
     print(json.dumps(report), flush=True)
     if "--hold" in sys.argv:
         print("holding", flush=True)

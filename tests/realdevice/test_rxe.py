@@ -154,3 +154,31 @@ def test_rdmaspawn_run_child(kind):
     assert len(r["ways"]) == 6
     for way, result in r["ways"].items():
         assert result == "exit 0" or result.startswith(REFUSALS), (way, result)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fork_repair_on_real_registrations(kind):
+    """rdmaspawn.repair_fork() in a process that registered on rxe0 with the mark
+    (RDMAV_FORK_SAFE=1): where RDMA netlink reports copy-on-fork (Linux 6.1) it
+    is in force, the page is no longer marked, and every stock way and every
+    fork that runs Python or C code in the child exits 0, where the control
+    above dies; where it does not (Linux 5.10), it refuses in one line and the
+    mark, and today's outcome, stay."""
+    from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
+
+    h = Holder(kind, "repaired")
+    h.close()
+    r = h.report
+    record(f"repaired-{kind}", r)
+    assert r["dc"] is True, r
+    copies, how = rdma_netlink_copy_on_fork()
+    if copies:
+        assert r["repair"]["active"] and r["repair"]["libraries"] == 1, r
+        assert r["dc_after"] is False, r
+        assert set(r["ways"].values()) == {"exit 0"}, r["ways"]
+    else:
+        assert not r["repair"]["active"] and how in r["repair"]["reason"], r
+        assert "\n" not in r["repair"]["reason"], r
+        assert r["dc_after"] is True, r
+        if kind == "malloc":  # the arena's page: the fork children die, as in the control
+            assert r["ways"]["os.fork running Python"] != "exit 0", r["ways"]
