@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 
@@ -321,7 +322,8 @@ def test_driver_memory_keeps_its_mark() -> None:
     assert lib.rs_driver_mapping(b"", 1) == 1                # VM_IO / VM_PFNMAP
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a hugetlbfs and a tmpfs (root)")
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="mounts a file system in a mount namespace of its own (root, unshare)")
 def test_memory_under_dev_is_swept_whatever_its_mount_is_called(tmp_path) -> None:
     """Marked MAP_SHARED files under /dev/hugepages1G (a file system mounted
     there, as DPDK's 1 GiB hugetlbfs is) and /dev/shm are ordinary memory, and
