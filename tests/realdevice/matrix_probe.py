@@ -12,7 +12,9 @@ kernel copies pinned pages).  The child registers a thread arena's malloc
 block on the first device (verbs.py's ``malloc``) and prints one JSON line:
 what ibv_fork_init() returned, what ibv_is_fork_initialized() answers,
 whether the page is ``dc``, whether a fork() child (which only _exits) dies,
-and what rdmaspawn.fork_status(), rdmaspawn.fork_init() and the doctor say.
+and what rdmaspawn.fork_status(), rdmaspawn.fork_init() and the doctor say;
+then rdmaspawn.repair_fork(): in force or refused, the page's mark and the
+same fork() child after it.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def cell(setup: str) -> dict:
     report = doctor(None)
     out.update(doctor=report.verdict, doctor_case=report.fork_protection.case,
                fork=fork_child())
+    # Then the fork repair, on the same registration: in force only where the
+    # kernel reports copy-on-fork, and then the same fork() child survives.
+    repair = rdmaspawn.repair_fork()
+    out.update(repair="in force" if repair.active else "refused",
+               repaired_dc=is_dontfork(address), repaired_fork=fork_child())
     return out
 
 

@@ -38,7 +38,10 @@ arena's header) on rxe0.
 - *fork() child*: how a child of `os.fork()` that only `_exit(0)`s ends;
 - *fork_status()*, *fork_init()*: rdmaspawn's answers after the
   registration (`fork_init()` first, for its own row);
-- *doctor*: the doctor's verdict on the process and its fork-protection case.
+- *doctor*: the doctor's verdict on the process and its fork-protection case;
+- *then repair_fork()*: `rdmaspawn.repair_fork()` called after all that, in
+  force or refused, whether the page is still `dc`, and how the same fork()
+  child ends then.
 
 """
 
@@ -60,19 +63,21 @@ def table(cells: Iterable[dict]) -> str:
     for kernel in kernels:
         out += [f"## Linux {kernel}", "",
                 "| rdma-core | turned on by | ibv_fork_init() | answers | dc | fork() child "
-                "| fork_status() | fork_init() | doctor |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "| fork_status() | fork_init() | doctor | then repair_fork() |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for suite in SUITES:
             for setup in SETUPS:
                 c = by_key.get((suite, kernel, setup))
                 if c is None:
-                    out.append(f"| ({suite}) | {SETUP_WORDS[setup]} | not measured |||||||")
+                    out.append(f"| ({suite}) | {SETUP_WORDS[setup]} | not measured ||||||||")
                     continue
                 out.append(
                     f"| {_release(c['library'])} ({suite}) | {SETUP_WORDS[setup]} "
                     f"| {c.get('ibv_fork_init', '')} | {c['ibv_is_fork_initialized']} "
                     f"| {'yes' if c['dc'] else 'no'} | {c['fork']} | {c['fork_status']} "
-                    f"| {c['fork_init']} | {c['doctor']} ({c['doctor_case']}) |")
+                    f"| {c['fork_init']} | {c['doctor']} ({c['doctor_case']}) "
+                    f"| {c['repair']}: {'dc' if c['repaired_dc'] else 'not dc'}, "
+                    f"child {c['repaired_fork']} |")
         out.append("")
     return "\n".join(out)
 

@@ -87,3 +87,18 @@ def test_doctor_sentence_matches_the_library(cell):
     else:
         assert cell["doctor_case"] in ("verbs-old", "kernel-old", "cannot-ask"), cell
         assert env[0]["dc"], env[0]
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=_id)
+def test_fork_repair_where_the_kernel_allows(cell):
+    """rdmaspawn.repair_fork() after the registration: on Linux 6.1 (copy-on-fork
+    reported) in force with every release, the page un-marked and the fork()
+    child alive; on 5.10 refused, and the mark and the child's fate unchanged."""
+    from rdmaspawn.tools.doctor.facts import kernel_copies_pinned_pages
+
+    if kernel_copies_pinned_pages(cell["kernel"]):
+        assert (cell["repair"], cell["repaired_dc"], cell["repaired_fork"]) == \
+            ("in force", False, "exit 0"), cell
+    else:
+        assert (cell["repair"], cell["repaired_dc"], cell["repaired_fork"]) == \
+            ("refused", cell["dc"], cell["fork"]), cell
