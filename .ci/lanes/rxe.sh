@@ -17,7 +17,9 @@
 #    Linux 5.10 (predates it) with CPython 3.9.  The 6.1 VM then runs
 #    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
 #    venv that sees python3-pyverbs (registrations made by rdma-core's own
-#    bindings), the same boot: a VM boot costs more than the tests.
+#    bindings), and tests/realdevice/test_torch_rxe.py on CPython 3.11 with
+#    torch (a DataLoader's fork workers after a real registration), the same
+#    boot: a VM boot costs more than the tests.
 #    A VM is killed when its console has been silent for 120 s (progress,
 #    not a total, tells a hang from slowness).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
@@ -71,6 +73,13 @@ for m in $MINORS; do
   ) >"$work/venv-$m.log" 2>&1 &
   pids+=($!)
 done
+# CPython 3.11 with torch (the CPU wheel CI's torch run uses), for the 6.1
+# VM's DataLoader job (test_torch_rxe.py).
+(
+  "$(newest 3.11)/bin/python" -m venv "$work/venv-torch" &&
+  "$work/venv-torch/bin/python" -m pip install -q pytest "cffi>=1.15" "torch==${TORCH_VERSION:-2.13.0}"
+) >"$work/venv-torch.log" 2>&1 &
+pids+=($!)
 # Debian's own CPython, seeing Debian's python3-pyverbs: the wheel (abi3)
 # goes in below as for the pyenv ones.
 (
@@ -105,7 +114,7 @@ say "wheel: $(basename "$wheel")"
 fail_setup=0
 for p in "${pids[@]}"; do wait "$p" || fail_setup=1; done
 pids=()
-for m in $MINORS pyverbs; do
+for m in $MINORS pyverbs torch; do
   "$work/venv-$m/bin/python" -m pip install -q --no-deps "$wheel" >>"$work/venv-$m.log" 2>&1 ||
     fail_setup=1
 done
@@ -148,6 +157,12 @@ RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-pyverbs/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic realdevice/test_pyverbs_rxe.py 2>&1 |
   tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
+JOB
+  [ "${3:-}" = pyverbs ] && cat <<JOB
+RDMASPAWN_REQUIRE_TORCH=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
+  "$work/venv-torch/bin/python" -m pytest \\
+  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_torch_rxe.py 2>&1 |
+  tee "$work/vm-$1/torch-pytest.log" || rc=1
 JOB
   cat <<JOB
 wait \$matrix || rc=1
@@ -204,6 +219,7 @@ echo
 count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
 count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
 count "test_pyverbs_rxe.py on Debian's 3.11 (Linux 6.1)" "$work/vm-6.1/pyverbs-pytest.log"
+count "test_torch_rxe.py on 3.11 + torch (Linux 6.1)" "$work/vm-6.1/torch-pytest.log"
 count "test_matrix.py (6.1 and 5.10)" "$work/matrix-pytest.log"
 status=0
 for k in 6.1 5.10; do

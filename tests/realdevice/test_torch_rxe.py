@@ -1,0 +1,74 @@
+"""A real job on the real device: torch's DataLoader with fork workers in a
+process that registered memory on rxe0 with the mark (issue 26, item 5).
+
+Runs in the soft-RoCE VM of .ci/lanes/rxe.sh (Linux 6.1, which reports
+copy-on-fork) on a CPython 3.11 venv with torch; elsewhere it skips, except
+under RDMASPAWN_REQUIRE_RXE=1 with RDMASPAWN_REQUIRE_TORCH=1 (the lane sets
+both), where a missing device or torch fails. The control (no rdmaspawn) is
+recorded as it comes and must not succeed; under ``rdmaspawn run`` the fork
+repair is in force from start-up, the start method stays ``fork``, and the
+loader finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from record import record
+from verbs import have_device
+
+HERE = Path(__file__).resolve().parent
+LOADER = str(HERE / "torch_loader.py")
+MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
+
+
+def _require(ok: bool, why: str) -> None:
+    if ok:
+        return
+    if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1" and \
+            os.environ.get("RDMASPAWN_REQUIRE_TORCH") == "1":
+        pytest.fail(f"RDMASPAWN_REQUIRE_RXE=1 and RDMASPAWN_REQUIRE_TORCH=1 but {why}",
+                    pytrace=False)
+    pytest.skip(f"{why}: runs in the soft-RoCE VM (.ci/lanes/rxe.sh)", allow_module_level=True)
+
+
+_require(have_device(), "there is no RDMA device (/dev/infiniband/uverbs0)")
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+_require(HAVE_TORCH, f"torch does not import in {sys.executable}")
+
+
+def _run(prefix: list[str]) -> dict:
+    r = subprocess.run([*prefix, sys.executable, LOADER], env=MARKING, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_control_does_not_finish():
+    """Without rdmaspawn the workers fork with the arena's page marked: the
+    DataLoader reports their death (recorded as it comes)."""
+    r = _run([])
+    record("torch-control", r)
+    assert r["dc"] is True and r["repair"] is False, r
+    assert r["outcome"] != "ok", r
+
+
+def test_under_rdmaspawn_run_the_fork_workers_finish():
+    """`rdmaspawn run`: the repair is in force from start-up (the kernel reports
+    copy-on-fork), multiprocessing stays on fork, and the loader finishes."""
+    from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
+
+    copies, how = rdma_netlink_copy_on_fork()
+    assert copies, f"this VM's kernel should report copy-on-fork: {how}"
+    r = _run([sys.executable, "-m", "rdmaspawn", "run", "--"])
+    record("torch-rdmaspawn-run", r)
+    assert (r["dc"], r["repair"], r["start_method"], r["outcome"]) == (True, True, "fork", "ok"), r
