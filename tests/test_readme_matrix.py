@@ -44,7 +44,7 @@ def _measured() -> list[tuple[str, int, str, bool, bool]]:
             kernel = heading.group(1)
             continue
         cols = [c.strip() for c in line.strip().strip("|").split("|")]
-        if kernel is None or len(cols) != 9 or not re.match(r"\d+\.\d+ ", cols[0]):
+        if kernel is None or len(cols) != 10 or not re.match(r"\d+\.\d+ ", cols[0]):
             continue
         if cols[1] in TURNED_ON:
             cells.append((kernel, int(cols[0].split(".")[0]), cols[1], cols[4] == "yes",
