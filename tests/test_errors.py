@@ -71,6 +71,10 @@ CASES = {
     "user_2_63": (["/bin/true"], {"user": 2**63}),
     "group_2_32": (["/bin/true"], {"group": 2**32}),
     "umask_2_40": (["/bin/true"], {"umask": 2**40}),
+    "umask_str": (["/bin/true"], {"umask": "022"}),          # issue 27: 3.9's own message
+    "umask_float": (["/bin/true"], {"umask": 1.5}),
+    "stdin_float_with_cwd": (["/bin/true"], {"stdin": 0.0, "cwd": "/"}),
+    "env_list": (["/bin/true"], {"env": [("A", "1")]}),
     "nul_arg_and_bad_user": (["/bin/true", "a\0"], {"user": 2**32, "cwd": "/"}),
     # os.posix_spawn's rules, where CPython takes that path.
     "posix_spawn_empty_argv0": ([""], {"executable": "/bin/true", "close_fds": False}),

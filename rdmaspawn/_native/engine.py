@@ -187,9 +187,13 @@ def environ_snapshot() -> Any:
 def env_list(env: Mapping[object, object]) -> list[bytes]:
     """A mapping as ``KEY=VALUE`` bytes, checked as os.execve() and
     os.posix_spawn() check it: both converted, then a name that is empty or
-    has "=" after its first byte refused (a leading "=" is allowed)."""
+    has "=" after its first byte refused (a leading "=" is allowed). Read as
+    their parse_envlist reads it: keys(), then values(), so that a value
+    that is no mapping fails with their message."""
+    if not hasattr(type(env), "__getitem__"):
+        raise TypeError("env must be a mapping object")
     out = []
-    for key, value in env.items():
+    for key, value in zip(list(env.keys()), list(env.values())):
         k = _fsencode(key)
         v = _fsencode(value)
         if not k or b"=" in k[1:]:

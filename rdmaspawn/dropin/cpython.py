@@ -299,6 +299,13 @@ def c_int(value: Any, parser: str) -> int:
     os.posix_spawn's file actions everywhere); "clinic" is Argument Clinic's
     int converter (fork_exec on 3.12+).
     """
+    if parser == "format_i" and sys.version_info < (3, 10):
+        # 3.9's "i" refuses a float by name, and words the rest its own way
+        # (3.10 moved both to PyNumber_Index's message).
+        if isinstance(value, float):
+            raise TypeError("integer argument expected, got float")
+        if not hasattr(type(value), "__index__"):
+            raise TypeError(f"an integer is required (got type {type(value).__name__})")
     value = operator.index(value)
     if -_INT_MAX - 1 <= value <= _INT_MAX:
         return int(value)
