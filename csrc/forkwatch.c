@@ -129,8 +129,14 @@ int rs_watch_begin(struct rs_watch *w)
         return (int)rc;
     w->forked = 0;
     w->before = w->after = -1;
+    w->parent = (pid_t)rs_sys1(SYS_getpid, 0);
     watching = w;
     return 0;
+}
+
+int rs_watch_in_child(const struct rs_watch *w)
+{
+    return (pid_t)rs_sys1(SYS_getpid, 0) != w->parent;
 }
 
 void rs_watch_parent(struct rs_watch *w)
