@@ -19,6 +19,7 @@ struct rs_watch {
     int forked;     /* the prepare handler ran: a fork() is under way */
     long before;    /* the parent's total_vm in pages, just before the fork */
     long after;     /* the parent's total_vm, just after it */
+    pid_t parent;   /* the process that began watching */
 };
 
 /* Watch the next fork() on this thread: 0, or -errno (no pipe, or
@@ -28,6 +29,10 @@ int rs_watch_begin(struct rs_watch *w);
 /* After the fork call returned, in the parent: stop watching and close the
  * child's end of the pipe. Where no fork happened, also the parent's end. */
 void rs_watch_parent(struct rs_watch *w);
+
+/* Whether this is a child of the watched fork (or of any fork since
+ * rs_watch_begin(), a raw clone included): the pid is not the watcher's. */
+int rs_watch_in_child(const struct rs_watch *w);
 
 /* In the child, where the fork handler did not run (no fork of glibc's made
  * it): close both ends. */

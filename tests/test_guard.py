@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -330,3 +335,129 @@ def test_the_warning_names_the_caller() -> None:
     """)
     assert out["status"] == 3
     assert out["where"] == ["pid = os.fork()  # THE FORK"], out
+
+
+def test_a_fork_at_the_descriptor_limit_goes_ahead() -> None:
+    """With no descriptor left, os.fork() under the guard forks, as it does
+    unguarded: it cannot hold the child (no pipe), so it looks before the
+    fork instead, as the fork_exec path does. With one descriptor left (too
+    few for the pipe, enough to read smaps) that look still refuses a fork
+    with DONTFORK memory in raise mode. Before, both raised EMFILE."""
+    out = run("""
+        import errno, resource
+        from helpers.process_state import children
+        G.guard("raise")
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        spent = []
+        def fill(leave):
+            try:
+                while True:
+                    spent.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError as e:
+                assert e.errno == errno.EMFILE
+            for _ in range(leave):
+                os.close(spent.pop())
+        fill(0)
+        attempt("full", fork_and_exit)
+        for fd in spent[-8:]:
+            os.close(fd)
+        del spent[-8:]
+        mark()
+        fill(1)
+        attempt("marked", fork_and_exit)
+        G.guard("warn")
+        attempt("warned", fork_and_exit)
+        for fd in spent:
+            os.close(fd)
+        out["children"] = children()
+    """)
+    assert out["full"] == {"ok": True, "value": 0, "warnings": []}, out
+    assert out["marked"]["ok"] is False and out["marked"]["error"] == "ForkHazardError", out
+    assert out["warned"]["ok"] is True and out["warned"]["value"] == 0, out
+    assert [w.split(":")[0] for w in out["warned"]["warnings"]] == ["ForkHazardWarning"], out
+    assert out["children"] == [], out
+
+
+def test_a_non_forking_fork_passes_its_value_through() -> None:
+    """A test double beneath the guard that forks nothing and returns None,
+    'abc', -1 or a tuple of them: the guard returns that value unchanged, as
+    unguarded, and leaks no descriptor. Before, each became SystemError (an
+    exception set with a value returned: a debug CPython aborts)."""
+    out = run("""
+        from helpers.process_state import open_fds
+        values = [None, "abc", -1, 2 ** 80, (None, 3), ("abc",)]
+        real = os.fork
+        for value in values:
+            os.fork = lambda value=value: value
+            out.setdefault("stock", []).append(repr(os.fork()))
+        os.fork = real
+        G.guard("raise")
+        fds = open_fds()
+        for value in values:
+            os.fork.__wrapped__ = lambda value=value: value
+            attempt(repr(value), lambda: repr(os.fork()))
+        os.fork.__wrapped__ = real
+        out["fds"] = open_fds() == fds
+        attempt("real", fork_and_exit)
+    """)
+    for shown in out["stock"]:
+        assert out[shown] == {"ok": True, "value": shown, "warnings": []}, out
+    assert out["fds"] is True, out
+    assert out["real"] == {"ok": True, "value": 0, "warnings": []}, out
+
+
+def test_held_children_of_two_threads_exit_when_the_parent_dies() -> None:
+    """Two threads fork at once under the guard and the slow path holds
+    both children (the warning's display blocks). SIGKILL the parent: both
+    held children exit, though each inherited the other thread's pipe write
+    end. Before, each waited forever for an end of file the other held off."""
+    code = _PRELUDE + textwrap.dedent("""
+        import threading, time
+        from helpers.process_state import children
+        held = threading.Semaphore(0)
+        def display(*args, **kwargs):
+            held.release()
+            threading.Event().wait()
+        warnings.showwarning = display
+        warnings.simplefilter("always")
+        both = threading.Barrier(2)
+        real = os.fork
+        def fork():
+            both.wait()  # both threads' pipes are open before either forks
+            return real()
+        mark()
+        G.guard("warn")
+        os.fork.__wrapped__ = fork
+        for _ in range(2):
+            threading.Thread(target=os.fork, daemon=True).start()
+        held.acquire()
+        held.acquire()
+        print(json.dumps(children()), flush=True)
+        time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         cwd=str(Path(__file__).parent))
+    try:
+        line = p.stdout.readline() if p.stdout else ""
+        kids = [int(pid) for pid in json.loads(line)]
+        assert len(kids) == 2, line
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 20
+    alive = kids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in kids if _running(pid)]
+        time.sleep(0.05)
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert alive == [], "held children outlived their parent"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

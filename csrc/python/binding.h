@@ -47,8 +47,8 @@ PyObject *rs_fork_exec_params(void);
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
                            PyObject *chdir_tag);
 
-/* held_fork(fork, decide) for rdmaspawn.guard(): see heldfork.c. */
-PyObject *rs_held_fork(PyObject *fork, PyObject *decide);
+/* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */
+PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld);
 
 /* functions.c's builtins by name, in a new dict: the one ctypes call. */
 PyObject *rs_python_functions(void);

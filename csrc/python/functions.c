@@ -137,11 +137,11 @@ static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
 
 static PyObject *held_fork(PyObject *module, PyObject *args)
 {
-    PyObject *fork, *decide;
+    PyObject *fork, *decide, *unheld;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OO:held_fork", &fork, &decide))
+    if (!PyArg_ParseTuple(args, "OOO:held_fork", &fork, &decide, &unheld))
         return NULL;
-    return rs_held_fork(fork, decide);
+    return rs_held_fork(fork, decide, unheld);
 }
 
 static PyMethodDef functions[] = {
@@ -160,7 +160,7 @@ static PyMethodDef functions[] = {
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
      "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
     {"held_fork", held_fork, METH_VARARGS,
-     "held_fork(f, decide): f() (os.fork), its child held until the guard has looked."},
+     "held_fork(f, decide, unheld): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},
 };
 

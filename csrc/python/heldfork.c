@@ -1,6 +1,6 @@
 /*
- * held_fork(fork, decide): what rdmaspawn.guard() makes of os.fork() and
- * os.forkpty(). It calls fork() (the function it was given, which forks
+ * held_fork(fork, decide, unheld): what rdmaspawn.guard() makes of os.fork()
+ * and os.forkpty(). It calls fork() (the function it was given, which forks
  * once), with the child held by forkwatch.c, and compares the parent's
  * total_vm from just before the fork with the held child's:
  *
@@ -13,6 +13,12 @@
  *   go; if it raises (a refusal, or a warning made an error), the child is
  *   killed before it ran a line of the program, reaped, a pty's fd closed,
  *   and the exception propagates: to the caller, no fork happened.
+ *
+ * Where the child cannot be held (no descriptor left for the pipe, say),
+ * unheld() looks before the fork instead (it raises to refuse) and fork()
+ * runs unwatched: the guard never makes a fork fail that would have
+ * succeeded. Whatever fork() returns that is not a pid (a test double's
+ * None, 'abc' or -1) is returned as it is, as it would be unguarded.
  *
  * All of it in C so that no Python code (a signal handler's exception, say)
  * can run between the fork and the decision and leave the child held.
@@ -32,17 +38,19 @@
 #include "binding.h"
 #include "forkwatch.h"
 
-/* The pid in fork()'s result: os.fork()'s int or os.forkpty()'s (pid, fd).
- * -1 with an exception set if it is neither. */
+/* The pid in fork()'s result: os.fork()'s int or os.forkpty()'s (pid, fd);
+ * -1, with no exception set, if it holds none. */
 static long result_pid(PyObject *result)
 {
     PyObject *pid = result;
     if (PyTuple_Check(result) && PyTuple_Size(result) >= 1)
         pid = PyTuple_GetItem(result, 0);
+    if (!PyLong_Check(pid))
+        return -1;
     long value = PyLong_AsLong(pid);
-    if (value < 0 && !PyErr_Occurred())
-        PyErr_Format(PyExc_SystemError, "fork returned pid %ld", value);
-    return value;
+    if (value == -1 && PyErr_Occurred())
+        PyErr_Clear();  /* out of range: no pid */
+    return value < 0 ? -1 : value;
 }
 
 /* A refused child: killed while still held (a stopped one too), reaped. */
@@ -62,43 +70,42 @@ static void discard(struct rs_watch *w, pid_t pid, PyObject *result)
     }
 }
 
-PyObject *rs_held_fork(PyObject *fork, PyObject *decide)
+PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld)
 {
     struct rs_watch w;
-    int rc = rs_watch_begin(&w);
-    if (rc < 0) {
-        errno = -rc;
-        return PyErr_SetFromErrno(PyExc_OSError);
+    if (rs_watch_begin(&w) < 0) {
+        PyObject *looked = PyObject_CallObject(unheld, NULL);
+        if (!looked)
+            return NULL;
+        Py_DECREF(looked);
+        return PyObject_CallObject(fork, NULL);
     }
     PyObject *result = PyObject_CallObject(fork, NULL);
-    if (!result) {
-        rs_watch_parent(&w);
-        if (w.forked)
-            rs_watch_release(&w, 0);
-        return NULL;
-    }
-    long pid = result_pid(result);
-    if (pid == 0) {
+    if (rs_watch_in_child(&w)) {
         rs_watch_child(&w);
         return result;
     }
     rs_watch_parent(&w);
     if (!w.forked)
         return result;  /* it made no fork of glibc's: nothing was held */
-    if (pid < 0) {
+    if (!result) {
         rs_watch_release(&w, 0);
-        Py_DECREF(result);
         return NULL;
     }
-    long child = rs_total_vm((pid_t)pid);
+    long pid = result_pid(result);
+    long child = pid > 0 ? rs_total_vm((pid_t)pid) : -1;
     if (child > 0 && w.before == w.after && w.before == child) {
         rs_watch_release(&w, 1);
         return result;
     }
-    long left_out = child >= 0 && w.before >= 0 ? w.before - child : -1;  /* -1: unknown */
+    /* -1: unknown (no pid to read, or its statm unreadable) */
+    long left_out = child >= 0 && w.before >= 0 ? w.before - child : -1;
     PyObject *verdict = PyObject_CallFunction(decide, "ll", pid, left_out);
     if (!verdict) {
-        discard(&w, (pid_t)pid, result);
+        if (pid > 0)
+            discard(&w, (pid_t)pid, result);
+        else
+            rs_watch_release(&w, 0);  /* no pid to kill: end of file makes it exit */
         Py_DECREF(result);
         return NULL;
     }

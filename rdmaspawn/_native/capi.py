@@ -81,9 +81,11 @@ fork_exec_params: Callable[[], tuple[str, ...]] | None = _functions.get("fork_ex
 #: fork_exec.c's fork_exec object; None without ctypes.
 fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] | None = \
     _functions.get("fork_exec_new")
-#: ``held_fork(fork, decide)``: csrc/python/heldfork.c, ``fork()`` with its
-#: child held until the parent has compared their total_vm, and
+#: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
+#: with its child held until the parent has compared their total_vm, and
 #: ``decide(pid, pages_left_out)`` asked where they differ (it raises to
-#: refuse); None without ctypes.
-held_fork: Callable[[Callable[[], Any], Callable[[int, int], object]], Any] | None = \
+#: refuse); ``unheld()`` looks before an unwatched fork where the child
+#: cannot be held; None without ctypes.
+held_fork: Callable[[Callable[[], Any], Callable[[int, int], object], Callable[[], object]], Any] \
+    | None = \
     _functions.get("held_fork")

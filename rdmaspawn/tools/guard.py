@@ -150,6 +150,13 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
         _hazard(what, mode, maps, stacklevel=4)
 
 
+def _unheld(what: str) -> None:
+    """held_fork cannot hold the child (no descriptor for its pipe): look before the fork."""
+    # Called from C, as _after_fork is: one frame more than the wrapper's own
+    # _check(), which keeps the warning on the caller's line.
+    _check(what)
+
+
 def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> None:
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
@@ -212,7 +219,7 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
         if held is None:
             _check(what)
             return fork()
-        return held(fork, functools.partial(_after_fork, what))
+        return held(fork, functools.partial(_after_fork, what), functools.partial(_unheld, what))
 
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
