@@ -77,7 +77,8 @@ def test_sigint_storm_leaks_no_child_and_no_fd():
 
 def test_interrupt_during_popen_is_raised_and_the_child_reaped():
     """A SIGINT that arrives while Popen() runs (here: from the env mapping
-    it reads) is raised when Popen() would return; the caller never gets the
+    it reads: items() where CPython builds the list itself, keys() where
+    os.posix_spawn's rules read it) is raised when Popen() would return; the caller never gets the
     Popen, so its running child is killed and reaped and its pipes closed."""
     out = _run("""
         import json, signal, subprocess
@@ -88,6 +89,9 @@ def test_interrupt_during_popen_is_raised_and_the_child_reaped():
             def items(self):
                 signal.raise_signal(signal.SIGINT)
                 return super().items()
+            def keys(self):  # the posix_spawn path reads keys()
+                signal.raise_signal(signal.SIGINT)
+                return super().keys()
 
         fds, kids = open_fds(), children()
         try:
@@ -117,6 +121,10 @@ def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds():
                 signal.raise_signal(signal.SIGINT)
                 signal.raise_signal(signal.SIGINT)
                 return super().items()
+            def keys(self):  # the posix_spawn path reads keys()
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+                return super().keys()
 
         p = rdmaspawn.Popen(["/bin/sh", "-c", "exit 3"], env=Env(PATH="/bin"))
         print(json.dumps({"status": p.wait(), "seen": seen}))
@@ -186,6 +194,9 @@ def test_a_handler_installed_during_popen_stays() -> None:
             def items(self):
                 signal.signal(signal.SIGINT, later)
                 return super().items()
+            def keys(self):  # the posix_spawn path reads keys()
+                signal.signal(signal.SIGINT, later)
+                return super().keys()
 
         rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
         print(json.dumps({"kept": signal.getsignal(signal.SIGINT) is later}))

@@ -11,8 +11,10 @@
 # made by the job (`rdma link add rxe0 type rxe netdev d0`; d0 is up).
 #
 # The console is printed as it comes.  A watchdog kills qemu when no new
-# console line has appeared for RDMASPAWN_VM_SILENCE seconds (default 120):
-# a hang is told from slowness by progress, not by a total.
+# console line has appeared while qemu got RDMASPAWN_VM_SILENCE seconds of
+# CPU (default 120), or for RDMASPAWN_VM_SILENCE_WALL seconds of wall clock
+# (default 900: a guest hung while idle): a hang is told from slowness by
+# progress, not by a total, and a VM starved by a loaded machine is slow.
 # RDMASPAWN_VM_SMP: the VM's CPUs (default 1: measured beside a loaded CI, a 2-CPU VM
 # took 170 s for what one CPU does in 93 s).
 # Exit status: the job's; 124 when the watchdog fired; 125 when the VM never
@@ -25,6 +27,7 @@ suite=${2:?}
 job=$(cd "${3:?}" && pwd)
 kernel="$cache/kernel/$suite"
 silence=${RDMASPAWN_VM_SILENCE:-120}
+silence_wall=${RDMASPAWN_VM_SILENCE_WALL:-900}
 
 work=$(mktemp -d /tmp/rdmaspawn-rxe.XXXXXX)
 qpid=""
@@ -53,17 +56,27 @@ qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp "${RDMASPAWN_VM_SMP:-1}
 qpid=$!
 
 # Print the console as it grows; kill qemu after $silence s without a new line.
-seen=0 last=$SECONDS rc=""
+ticks=$(getconf CLK_TCK)
+# qemu's user+system CPU time, in clock ticks (fields 14 and 15 of its stat;
+# the command name in field 2 has no spaces here).
+qemu_cpu() { awk '{print $14 + $15}' "/proc/$qpid/stat" 2>/dev/null || echo 0; }
+seen=0 last=$SECONDS last_cpu=0 rc=""
 while :; do
   alive=1; kill -0 "$qpid" 2>/dev/null || alive=0
   n=$(wc -l <"$work/console")
+  cpu=$(qemu_cpu)
   if [ "$n" -gt "$seen" ]; then
     sed -n "$((seen + 1)),${n}p" "$work/console" | tr -d '\r'
-    seen=$n last=$SECONDS
+    seen=$n last=$SECONDS last_cpu=$cpu
   fi
   [ $alive -eq 1 ] || break
-  if [ $((SECONDS - last)) -ge "$silence" ]; then
-    echo "rxe_vm: no console line for ${silence}s: killing the VM"
+  # Silence is counted in the CPU time qemu got, not in wall-clock time: on a
+  # loaded machine a starved VM is slow, not hung (issue 27). A guest that
+  # hangs while idle gets little CPU: the wall-clock cap catches it.
+  if [ $(( (cpu - last_cpu) / ticks )) -ge "$silence" ] ||
+     [ $((SECONDS - last)) -ge "$silence_wall" ]; then
+    echo "rxe_vm: no console line for $(( (cpu - last_cpu) / ticks ))s of qemu's CPU" \
+         "($((SECONDS - last))s of wall clock): killing the VM"
     kill "$qpid"; wait "$qpid" 2>/dev/null; qpid=""
     exit 124
   fi
