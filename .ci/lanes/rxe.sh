@@ -17,7 +17,10 @@
 #    Linux 5.10 (predates it) with CPython 3.9.  The 6.1 VM then runs
 #    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
 #    venv that sees python3-pyverbs (registrations made by rdma-core's own
-#    bindings), the same boot: a VM boot costs more than the tests.
+#    bindings) and test_repair_integrity_rxe.py (the fork repair's data
+#    after a fork: a loopback queue pair's RDMA WRITE and SEND), the same
+#    boot: a VM boot costs more than the tests.  The 5.10 VM runs
+#    test_repair_integrity_rxe.py there too (the repair's refusal).
 #    A VM is killed when its console has been silent for 120 s (progress,
 #    not a total, tells a hang from slowness).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,

@@ -7,7 +7,9 @@ RDMAV_FORK_SAFE=1 (libibverbs marks its registrations MADV_DONTFORK).  One
 process on rxe0: a CQ, an RC queue pair connected to itself, a target of 256
 bytes malloc()ed by a fresh thread (its page holds that thread arena's
 header) registered where it lies, and a source registered by pyverbs.
-MODE ``repair`` calls rdmaspawn.repair_fork() first; ``control`` does not.
+MODE ``repair`` calls rdmaspawn.repair_fork() first; ``control`` does not;
+``unmarked`` (by hand, for kernels that do not copy) undoes the target page's
+mark itself with no repair.
 
 Then os.fork(): the child writes its own bytes into its copy of the target
 and of the rest of the page, tells the parent, sleeps a little and exits 0.
@@ -49,6 +51,7 @@ WRITTEN = bytes(range(LENGTH))     # the source the device RDMA-WRITEs
 SENT = bytes(255 - i for i in range(LENGTH))  # the source the device SENDs
 CHILD = b"\xcc"                     # the child, everywhere it writes
 PARENT = b"\x5a"                    # the parent, on the page outside the target
+MADV_DOFORK = 11
 SPARE = 128                         # bytes of the page the parents' writes cover
 
 
@@ -113,7 +116,7 @@ def complete(cq: CQ, *wr_ids: int) -> list[dict[str, object]]:
 
 def main() -> int:
     mode = sys.argv[1]
-    if mode not in ("repair", "control"):
+    if mode not in ("repair", "control", "unmarked"):
         raise SystemExit(f"unknown mode {mode!r}")
     context = Context(name=DEVICE)
     pd = PD(context)
@@ -138,6 +141,10 @@ def main() -> int:
         report["repair"] = {"active": r.active, "reason": r.reason,
                             "libraries": r.libraries, "rewritten": r.rewritten,
                             "unmarked": r.unmarked}
+    elif mode == "unmarked":  # by hand, with no repair: the page's mark undone
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        report["madvise"] = libc.madvise(page, verbs.PAGE, MADV_DOFORK)
     report["dc_at_fork"] = dc(target)
 
     ready_r, ready_w = os.pipe()
