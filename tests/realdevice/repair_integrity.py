@@ -9,7 +9,9 @@ bytes malloc()ed by a fresh thread (its page holds that thread arena's
 header) registered where it lies, and a source registered by pyverbs.
 MODE ``repair`` calls rdmaspawn.repair_fork() first; ``control`` does not;
 ``unmarked`` (by hand, for kernels that do not copy) undoes the target page's
-mark itself with no repair.
+mark itself with no repair; ``hugetlb`` does the same for a target on a 2 MiB
+huge page of its own (vm.nr_hugepages > 0).  In those two the parent writes
+the page before the child does.
 
 Then os.fork(): the child writes its own bytes into its copy of the target
 and of the rest of the page, tells the parent, sleeps a little and exits 0.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -52,6 +55,8 @@ SENT = bytes(255 - i for i in range(LENGTH))  # the source the device SENDs
 CHILD = b"\xcc"                     # the child, everywhere it writes
 PARENT = b"\x5a"                    # the parent, on the page outside the target
 MADV_DOFORK = 11
+MAP_HUGETLB = 0x40000
+HUGE = 2 << 20
 SPARE = 128                         # bytes of the page the parents' writes cover
 
 
@@ -116,20 +121,25 @@ def complete(cq: CQ, *wr_ids: int) -> list[dict[str, object]]:
 
 def main() -> int:
     mode = sys.argv[1]
-    if mode not in ("repair", "control", "unmarked"):
+    if mode not in ("repair", "control", "unmarked", "hugetlb"):
         raise SystemExit(f"unknown mode {mode!r}")
     context = Context(name=DEVICE)
     pd = PD(context)
     cq = CQ(context, 16)
     qp, gid_index = connect_to_itself(context, pd, cq)
     access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-    target = verbs.thread_malloc(LENGTH)
+    size = HUGE if mode == "hugetlb" else verbs.PAGE
+    if mode == "hugetlb":  # a huge page of its own (vm.nr_hugepages > 0)
+        huge = mmap.mmap(-1, HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
+        target = ctypes.addressof(ctypes.c_char.from_buffer(huge))
+    else:
+        target = verbs.thread_malloc(LENGTH)
     tmr = MR(pd, LENGTH, access, address=target)
     smr = MR(pd, LENGTH, e.IBV_ACCESS_LOCAL_WRITE)
     # The rest of the page: the last SPARE bytes, in the arena's top chunk
     # (free), never in its header or the target.
-    page = target - target % verbs.PAGE
-    spare = page + verbs.PAGE - SPARE
+    page = target - target % size
+    spare = page + size - SPARE
     if spare < target + LENGTH + 32:
         raise SystemExit(f"no room on the page after the target at 0x{target:x}")
     write(target, BEFORE)
@@ -141,17 +151,23 @@ def main() -> int:
         report["repair"] = {"active": r.active, "reason": r.reason,
                             "libraries": r.libraries, "rewritten": r.rewritten,
                             "unmarked": r.unmarked}
-    elif mode == "unmarked":  # by hand, with no repair: the page's mark undone
+    elif mode in ("unmarked", "hugetlb"):  # by hand, no repair: the page's mark undone
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        report["madvise"] = libc.madvise(page, verbs.PAGE, MADV_DOFORK)
+        report["madvise"] = libc.madvise(page, size, MADV_DOFORK)
     report["dc_at_fork"] = dc(target)
 
     ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    # By hand: the parent writes the page first, so that a page shared at
+    # the fork (not copied) is the one the parent leaves, not the child.
+    parent_first = mode in ("unmarked", "hugetlb")
     pid = os.fork()
     if pid == 0:  # the child: write its copy of the target and of the page
         try:
             os.close(ready_r)
+            if parent_first:
+                os.read(go_r, 1)
             write(target, CHILD * LENGTH)
             write(spare, CHILD * SPARE)
             os.write(ready_w, b"w")
@@ -159,6 +175,9 @@ def main() -> int:
         finally:
             os._exit(0)
     os.close(ready_w)
+    if parent_first:
+        write(spare, PARENT * SPARE)
+        os.write(go_w, b"g")
     report["child_wrote"] = os.read(ready_r, 1) == b"w"  # b"": it died first
     os.close(ready_r)
 
