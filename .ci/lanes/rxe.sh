@@ -147,6 +147,7 @@ RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
   tee "$work/vm-$1/pytest.log" || rc=1
 JOB
   [ -n "${3:-}" ] && cat <<JOB
+echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page
 RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-pyverbs/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic $3 2>&1 |

@@ -98,3 +98,30 @@ def test_repair_refused_where_the_kernel_does_not_copy(run):
     assert run["repair"]["active"] is False, run
     assert "kernel" in run["repair"]["reason"] and "netlink" in run["repair"]["reason"], run
     assert run["dc_at_fork"] is True, run
+
+
+def test_why_the_repair_refuses_hugetlb_unmarked():
+    """The negative: a target on a 2 MiB huge page whose mark is undone by
+    hand (no repair), the parent writing the page before the child.  Where
+    the kernel copies pinned pages at fork (6.1) the parent still reads the
+    device's bytes; where it does not (5.10, which copies small pinned pages
+    but not hugetlb ones) the device's WRITE and SEND land in the page the
+    child kept and the parent reads its own bytes from before the fork: what
+    the repair would do there, so it refuses.  Needs vm.nr_hugepages > 0
+    (rxe.sh's job sets 2)."""
+    env = dict(os.environ, RDMAV_FORK_SAFE="1", RDMAV_HUGEPAGES_SAFE="1")
+    env.pop("RDMAV_USE_MADVISE", None)
+    proc = subprocess.run([sys.executable, HELPER, "hugetlb"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"helper hugetlb: exit {proc.returncode}\n{proc.stderr}"
+    r = json.loads(proc.stdout.splitlines()[-1])
+    record("repair-integrity-hugetlb", r)
+    assert r["dc_before_repair"] is True and r["dc_at_fork"] is False, r
+    assert r["rdma_write"]["ok"] and r["send"]["ok"] and r["recv"]["ok"], r
+    assert r["spare"] == r["expected"]["spare"], r
+    if COPIES:
+        assert r["after_write"] == r["expected"]["after_write"], r
+        assert r["after_send"] == r["expected"]["after_send"], r
+    else:
+        before = "11" * 256  # repair_integrity.BEFORE: the device's bytes went to the child
+        assert r["after_write"] == before and r["after_send"] == before, r
