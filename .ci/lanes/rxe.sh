@@ -17,9 +17,12 @@
 #    Linux 5.10 (predates it) with CPython 3.9.  The 6.1 VM then runs
 #    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
 #    venv that sees python3-pyverbs (registrations made by rdma-core's own
-#    bindings), and tests/realdevice/test_torch_rxe.py on CPython 3.11 with
-#    torch (a DataLoader's fork workers after a real registration), the same
-#    boot: a VM boot costs more than the tests.
+#    bindings) and test_repair_integrity_rxe.py (the fork repair's data
+#    after a fork: a loopback queue pair's RDMA WRITE and SEND), then
+#    tests/realdevice/test_torch_rxe.py on CPython 3.11 with torch (a
+#    DataLoader's fork workers after a real registration), the same boot: a
+#    VM boot costs more than the tests.  The 5.10 VM runs
+#    test_repair_integrity_rxe.py there too (the repair's refusal).
 #    A VM is killed when its console has been silent for 120 s (progress,
 #    not a total, tells a hang from slowness).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
@@ -131,8 +134,9 @@ for k in 6.1 5.10; do
   printf '%s\n' /usr /etc "$pyenv" "$work" "$(cd "$cache" && pwd)" >"$work/vm-$k/binds"
 done
 tests="$work/tests/realdevice"
-# job KERNEL MINOR [pyverbs]: the VM's job: test_rxe.py on CPython MINOR (with
-# "pyverbs", then test_pyverbs_rxe.py on Debian's CPython), beside the matrix.
+# job KERNEL MINOR [TESTS]: the VM's job: test_rxe.py on CPython MINOR (then
+# TESTS, realdevice/ files, on Debian's CPython with pyverbs; on 6.1 then
+# test_torch_rxe.py on the torch venv), beside the matrix.
 job() {
   cat <<JOB
 set -o pipefail
@@ -152,13 +156,14 @@ RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
   tee "$work/vm-$1/pytest.log" || rc=1
 JOB
-  [ "${3:-}" = pyverbs ] && cat <<JOB
+  [ -n "${3:-}" ] && cat <<JOB
+echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page
 RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-pyverbs/bin/python" -m pytest \\
-  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_pyverbs_rxe.py 2>&1 |
+  -p no:cacheprovider -v -o console_output_style=classic $3 2>&1 |
   tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
 JOB
-  [ "${3:-}" = pyverbs ] && cat <<JOB
+  [ "$1" = 6.1 ] && cat <<JOB
 RDMASPAWN_REQUIRE_TORCH=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-torch/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic realdevice/test_torch_rxe.py 2>&1 |
@@ -170,9 +175,11 @@ exit \$rc
 JOB
 }
 # Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
-# in subprocess) on 5.10; both VMs run the matrix.
-job 6.1 3.13 pyverbs >"$work/vm-6.1/job.sh"
-job 5.10 3.9 >"$work/vm-5.10/job.sh"
+# in subprocess) on 5.10; both VMs run the matrix.  On Debian's CPython with
+# pyverbs: 6.1 all of it, 5.10 the fork repair's test (there: its refusal).
+job 6.1 3.13 "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py" \
+  >"$work/vm-6.1/job.sh"
+job 5.10 3.9 realdevice/test_repair_integrity_rxe.py >"$work/vm-5.10/job.sh"
 
 say "booting Linux 6.1 and 5.10 (each: test_rxe.py, then the matrix)"
 # Each VM's script in the background with its own pid (a process
@@ -218,7 +225,9 @@ count() {  # count NAME LOG: print LOG's closing line, add up its counts
 echo
 count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
 count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
-count "test_pyverbs_rxe.py on Debian's 3.11 (Linux 6.1)" "$work/vm-6.1/pyverbs-pytest.log"
+count "test_pyverbs_rxe.py, test_repair_integrity_rxe.py on Debian's 3.11 (Linux 6.1)" \
+  "$work/vm-6.1/pyverbs-pytest.log"
+count "test_repair_integrity_rxe.py on Debian's 3.11 (Linux 5.10)" "$work/vm-5.10/pyverbs-pytest.log"
 count "test_torch_rxe.py on 3.11 + torch (Linux 6.1)" "$work/vm-6.1/torch-pytest.log"
 count "test_matrix.py (6.1 and 5.10)" "$work/matrix-pytest.log"
 status=0
