@@ -15,8 +15,7 @@
  * in glibc's fork() before it returns there and before CPython's after-fork
  * work, on a pipe, until the parent has read the child's statm and written
  * one byte; end of file instead (a refusal, or a parent that died) makes it
- * exit, and so does a parent that died while another thread's held child
- * keeps the pipe open (parent_alive()). The child side is raw system calls on its own stack: nothing it
+ * exit. The child side is raw system calls on its own stack: nothing it
  * touches can be a page it lacks, unless the stack itself was marked.
  *
  * Only a fork on a thread that asked (rs_watch_begin) is held: the handlers
@@ -28,9 +27,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "arch.h"
@@ -99,31 +96,6 @@ static void in_parent(void)
     w->after = rs_total_vm(0);
 }
 
-/* In the held child: wait until the pipe is readable (the go byte, or end
- * of file) or the parent is gone; 0 if it is gone. End of file alone is not
- * enough: a child forked at the same time on another thread holds a copy of
- * this pipe's write end (and this child of its), so with the parent killed
- * neither would ever see it. The parent's death shows in getppid(), which
- * names another process once the whole parent is gone (a thread of it that
- * exits changes nothing: that is why not PR_SET_PDEATHSIG, which fires when
- * the forking thread exits, after the child was let go too). 0 from
- * getppid() (a parent outside this pid namespace) leaves only the pipe. */
-static int parent_alive(const struct rs_watch *w)
-{
-    long ppid = rs_sys1(SYS_getppid, 0);
-    if (ppid != 0 && ppid != w->parent)
-        return 0;  /* it died before this child ran */
-    for (;;) {
-        struct pollfd fd = {.fd = w->go[0], .events = POLLIN};
-        struct timespec tick = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
-        long n = rs_sys5(SYS_ppoll, (long)&fd, 1, (long)&tick, 0, 0);
-        if (n > 0 || (n < 0 && n != -EINTR))
-            return 1;  /* readable, or no poll: the read decides */
-        if (rs_sys1(SYS_getppid, 0) != ppid)
-            return 0;
-    }
-}
-
 static void in_child(void)
 {
     struct rs_watch *w = watching;
@@ -133,8 +105,6 @@ static void in_child(void)
         return;
     watching = NULL;
     rs_sys1(SYS_close, w->go[1]);
-    if (!parent_alive(w))
-        rs_sys1(SYS_exit_group, RS_WATCH_REFUSED);
     do
         n = rs_sys3(SYS_read, w->go[0], (long)&go, 1);
     while (n == -EINTR);

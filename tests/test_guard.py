@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -405,59 +400,3 @@ def test_a_non_forking_fork_passes_its_value_through() -> None:
         assert out[shown] == {"ok": True, "value": shown, "warnings": []}, out
     assert out["fds"] is True, out
     assert out["real"] == {"ok": True, "value": 0, "warnings": []}, out
-
-
-def test_held_children_of_two_threads_exit_when_the_parent_dies() -> None:
-    """Two threads fork at once under the guard and the slow path holds
-    both children (the warning's display blocks). SIGKILL the parent: both
-    held children exit, though each inherited the other thread's pipe write
-    end. Before, each waited forever for an end of file the other held off."""
-    code = _PRELUDE + textwrap.dedent("""
-        import threading, time
-        from helpers.process_state import children
-        held = threading.Semaphore(0)
-        def display(*args, **kwargs):
-            held.release()
-            threading.Event().wait()
-        warnings.showwarning = display
-        warnings.simplefilter("always")
-        both = threading.Barrier(2)
-        real = os.fork
-        def fork():
-            both.wait()  # both threads' pipes are open before either forks
-            return real()
-        mark()
-        G.guard("warn")
-        os.fork.__wrapped__ = fork
-        for _ in range(2):
-            threading.Thread(target=os.fork, daemon=True).start()
-        held.acquire()
-        held.acquire()
-        print(json.dumps(children()), flush=True)
-        time.sleep(600)
-    """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         cwd=str(Path(__file__).parent))
-    try:
-        line = p.stdout.readline() if p.stdout else ""
-        kids = [int(pid) for pid in json.loads(line)]
-        assert len(kids) == 2, line
-    finally:
-        p.kill()
-        p.wait()
-    deadline = time.monotonic() + 20
-    alive = kids
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in kids if _running(pid)]
-        time.sleep(0.05)
-    for pid in alive:
-        os.kill(pid, signal.SIGKILL)
-    assert alive == [], "held children outlived their parent"
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
