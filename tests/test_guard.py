@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import selectors
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import pytest
-from helpers.child import run_json
+from helpers.child import python_argv, run_json
 from helpers.report import last_json
 
 # `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
@@ -400,3 +405,100 @@ def test_a_non_forking_fork_passes_its_value_through() -> None:
         assert out[shown] == {"ok": True, "value": shown, "warnings": []}, out
     assert out["fds"] is True, out
     assert out["real"] == {"ok": True, "value": 0, "warnings": []}, out
+
+
+def test_held_children_of_two_threads_exit_when_the_parent_dies(tmp_path: Any) -> None:
+    """Two threads fork at once under the guard and the slow path holds both
+    children (the decision blocks). SIGKILL the parent: both held children
+    exit, though each was forked while the other thread's pipe was open.
+    Before, each held a copy of the other's write end, and neither ever saw
+    the end of file that lets it exit.
+
+    Every wait here is bounded and whatever it started is killed: the
+    children are in a session of their own, killed as a group at the end.
+    (Holding them in a blocked warnings.showwarning, as a first version of
+    this test did, hangs on CPython 3.14+: warnings.warn() holds the
+    interpreter's warnings lock while it shows a warning, so the second
+    thread never got to its warning, and the test read its pipe forever.)"""
+    code = _PRELUDE + textwrap.dedent("""
+        import threading
+        from helpers.process_state import children
+        held = threading.Semaphore(0)
+        def decide(*args):  # the slow path's look, while the child is held
+            held.release()
+            threading.Event().wait(300)
+        G._after_fork = decide
+        both = threading.Barrier(2, timeout=60)
+        real = os.fork
+        def fork():
+            both.wait()  # both threads' pipes are open before either forks
+            return real()
+        mark()
+        G.guard("warn")
+        os.fork.__wrapped__ = fork
+        for _ in range(2):
+            threading.Thread(target=os.fork, daemon=True).start()
+        for _ in range(2):
+            held.acquire(timeout=60)
+        print(json.dumps(children()), flush=True)
+        threading.Event().wait(300)
+    """)
+    with open(tmp_path / "stderr", "w+") as err:
+        p = subprocess.Popen(python_argv(code), stdout=subprocess.PIPE, stderr=err,
+                             start_new_session=True)
+        try:
+            line = _readline(p, 90)
+            kids = [int(pid) for pid in json.loads(line or "null") or []]
+            p.kill()  # the parent alone, unreaped: its pid stays the group's
+            assert _wait_gone([p.pid], 30) == [], "the parent outlived SIGKILL"
+            assert len(kids) == 2, (line, _read(err))
+            alive = _wait_gone(kids, 30)
+        finally:
+            try:  # whatever is left of what it started (p, unreaped, holds the group)
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(30)
+            if p.stdout:
+                p.stdout.close()
+    assert alive == [], "held children outlived their parent"
+
+
+def _readline(p: subprocess.Popen[bytes], timeout: float) -> str:
+    """One line of p's stdout, or what came before the timeout."""
+    assert p.stdout is not None
+    fd, got = p.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while not got.endswith(b"\n") and sel.select(max(0.0, deadline - time.monotonic())):
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            got += chunk
+    return got.decode()
+
+
+def _read(f: Any) -> str:
+    f.seek(0)
+    return str(f.read())
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still running (zombies are not) after up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    alive = pids
+    while True:
+        alive = [pid for pid in alive if _running(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
