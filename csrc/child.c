@@ -25,6 +25,8 @@
 
 #include "arch.h"
 #include "child.h"
+#include "setup.h"
+#include "sigdisp.h"
 
 #define RS_NSIG 65              /* kernel signals are 1..64 */
 

@@ -62,31 +62,7 @@ struct rs_report *rs_take_report_slot(void) RS_HIDDEN;
 void rs_give_report_slot(struct rs_report *slot) RS_HIDDEN;
 uint64_t rs_new_spawn_id(void) RS_HIDDEN;
 
-/* The kernel's struct sigaction, which raw rt_sigaction takes (glibc's
- * differs: a 1024-bit mask). x86-64 and arm64 both have sa_restorer. */
-struct rs_ksigaction {
-    void (*handler)(int);
-    unsigned long flags;
-    void (*restorer)(void);
-    uint64_t mask;
-};
-
-/* sig's disposition set to handler (SIG_DFL, SIG_IGN) with a raw system
- * call, as the child must: 0, or a negative errno. */
-static inline long rs_set_disposition(int sig, void (*handler)(int))
-{
-    struct rs_ksigaction act = { handler, 0, 0, 0 };
-    return rs_sys4(SYS_rt_sigaction, sig, (long)&act, 0, sizeof(uint64_t));
-}
-
 /* The child's whole life; runs on its own stack in the parent's memory. */
 int rs_child_main(void *arg);
-
-/* The declarative setup's steps (setup.c): 0, or a negative errno and *step. */
-long rs_setup_signals(const struct rs_setup *s, int *step);
-const uint64_t *rs_setup_mask(const struct rs_setup *s, const uint64_t *inherited);
-long rs_setup_early(const struct rs_setup *s, int in_cgroup, int *step);
-long rs_setup_late(const struct rs_setup *s, int *step);
-const char *rs_setup_step_name(int step);   /* NULL: not a setup step */
 
 #endif

@@ -33,7 +33,8 @@
 #include <sys/resource.h>
 
 #include "arch.h"
-#include "child.h"
+#include "setup.h"
+#include "sigdisp.h"
 
 #define IOPRIO_WHO_PROCESS 1
 

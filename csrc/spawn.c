@@ -67,6 +67,7 @@
 #define RS_DEFINE_CLONE3_ENTRY
 #include "arch.h"
 #include "child.h"
+#include "setup.h"
 
 #ifndef CLONE_PIDFD
 #  define CLONE_PIDFD 0x00001000

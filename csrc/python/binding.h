@@ -1,7 +1,7 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
  * (fork_exec.c) and the builtins that keep the GIL (functions.c), reached
- * through ctypes.PyDLL; and the pidfd hand-over, also through cffi (the
+ * through ctypes.PyDLL; and the pidfd hand-over (pidfd.c), also through cffi (the
  * block between the cdef markers is read by build_ffi.py like rdmaspawn.h's).
  */
 #ifndef RDMASPAWN_BINDING_H

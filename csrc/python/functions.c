@@ -21,37 +21,6 @@
 
 #include "binding.h"
 
-/* --- the pidfd hand-over -------------------------------------------------
- * fork_exec must return a bare pid, as CPython's does; rdmaspawn.Popen gets
- * the child's pidfd beside it, per thread (a Python thread is one OS thread).
- * Also in the cffi cdef, for when ctypes cannot load the module. */
-static __thread int pidfd_wanted;
-static __thread int pidfd_handed = -1;
-
-void rs_pidfd_request(void)
-{
-    pidfd_wanted = 1;
-    pidfd_handed = -1;
-}
-
-int rs_pidfd_requested(void)
-{
-    return pidfd_wanted;
-}
-
-void rs_pidfd_hand(int pidfd)
-{
-    pidfd_handed = pidfd;
-}
-
-int rs_pidfd_take(void)
-{
-    int fd = pidfd_handed;
-    pidfd_wanted = 0;
-    pidfd_handed = -1;
-    return fd;
-}
-
 /* --- the builtins ---------------------------------------------------------- */
 
 static PyObject *request_pidfd(PyObject *module, PyObject *unused)

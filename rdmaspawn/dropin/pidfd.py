@@ -7,7 +7,7 @@ after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
 
 The engine asks the kernel for one (CLONE_PIDFD, Linux 5.2; O_CLOEXEC, so
 no child inherits it); ``fork_exec``, which must return a bare pid, hands it
-up through a per-thread hand-over in C (csrc/python/functions.c, reached as
+up through a per-thread hand-over in C (csrc/python/pidfd.c, reached as
 ``rdmaspawn._native.capi.request_pidfd`` / ``take_pidfd``). It is closed once the child is
 reaped (under a lock, so that a concurrent ``send_signal`` never uses a
 closed, reused fd number), and by ``__del__`` at the latest.
