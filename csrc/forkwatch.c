@@ -27,11 +27,12 @@
  * waits. The prepare handler takes the list's lock, so a fork never falls
  * between a pipe2() and its entry; the child gets the list complete.
  *
- * Only a fork on a thread that asked (rs_watch_begin) is held: the handlers
- * do nothing for any other fork in the process, and are registered once, as
- * pthread_atfork() cannot take them back. glibc holds its fork-handler lock
- * from the prepare handlers to the parent's or child's, so one fork's
- * handlers never interleave with another's.
+ * Only a fork on a thread that asked (rs_watch_begin) is held: for any other
+ * fork in the process the handlers only keep open_ends (below) whole, and
+ * they are registered once, as pthread_atfork() cannot take them back.
+ * glibc holds its fork-handler lock from the prepare handlers to the
+ * parent's or child's, so one fork's handlers never interleave with
+ * another's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -218,13 +219,14 @@ void rs_watch_parent(struct rs_watch *w)
 
 void rs_watch_child(struct rs_watch *w)
 {
-    /* No fork handler ran (a raw clone): the list is its parent's, entries
-     * of another pid that rs_watch_begin() reuses, and its lock may be
-     * held by a thread that is not here, so not taken. */
     watching = NULL;
     if (!w->forked) {
-        rs_sys1(SYS_close, w->go[0]);
-        rs_sys1(SYS_close, w->go[1]);
+        /* No fork handler ran (a raw clone): do what in_child() does, in a
+         * process that has this one thread, so the lock (held, maybe, by a
+         * thread that is not here) can be freed: close every listed pipe
+         * end of the parent's, this watch's two among them. */
+        forking = w->parent;
+        close_others(-1);
     }
 }
 

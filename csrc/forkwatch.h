@@ -35,7 +35,7 @@ void rs_watch_parent(struct rs_watch *w);
 int rs_watch_in_child(const struct rs_watch *w);
 
 /* In the child, where the fork handler did not run (no fork of glibc's made
- * it): close both ends. */
+ * it): close both ends, and every other watch's pipe it was given. */
 void rs_watch_child(struct rs_watch *w);
 
 /* The parent's decision: go != 0 lets the child run on, 0 makes it exit.
