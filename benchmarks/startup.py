@@ -5,8 +5,8 @@ Starts ``PYTHON -c CODE`` (default: this interpreter) ROUNDS times with
 the machine's load hits both alike, and reads each child's user+system CPU
 time from ``os.wait4`` (CPU, not wall time: another process on the machine
 does not inflate it much). Two programs: ``pass``, and ``import subprocess``
-(where ``on`` also loads the patch and the engine, which wait for that
-import). Prints the medians (and minima: the least disturbed run), their
+(where ``on`` puts the patch's stand-ins in place; the patch and the engine
+wait for the first spawn). Prints the medians (and minima: the least disturbed run), their
 ratio and difference; ``--doc PAGE`` (repeatable) also writes them between
 the page's startup markers (README.md and docs/run.md hold them).
 
@@ -70,8 +70,8 @@ def main() -> None:
         print(f"    RDMASPAWN=on:    {o:5.1f} ms ({min(on):.1f} ms)")
         print(f"    difference:      {o - p:+5.1f} ms ({min(on) - min(plain):+.1f} ms), "
               f"{o / p:.2f}x")
-        lines.append(f"- `python -c '{code}'`: {o - p:+.1f} ms CPU per interpreter "
-                     f"({p:.1f} ms without `RDMASPAWN`)")
+        lines.append(f"- `python -c '{code}'`: {o:.1f} ms CPU per interpreter against "
+                     f"{p:.1f} ms without `RDMASPAWN`: {o / p:.2f}x ({o - p:+.1f} ms)")
     if args.doc:
         load = os.getloadavg()[0]
         block = "\n".join([

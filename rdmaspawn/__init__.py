@@ -12,8 +12,10 @@ from __future__ import annotations
 # what to do, rather than deep inside an import chain.
 from ._startup import sourcetree as _sourcetree  # noqa: F401  # isort: skip
 import sys
-from typing import TYPE_CHECKING, Any
 
+# typing's import would cost every interpreter under RDMASPAWN more than all
+# of the start-up hook (python -m rdmaspawn.bench.startup): mypy reads this name.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from subprocess import (
         DEVNULL,
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
         SubprocessError,
         TimeoutExpired,
     )
+    from typing import Any
 
     from . import preexec
     from ._child.pack import ChildSetupError

@@ -12,7 +12,6 @@ runs only when the core's import has already failed.
 """
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import sys
 
@@ -24,6 +23,8 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _installed_elsewhere(root: str) -> str | None:
     """Where another rdmaspawn is installed on sys.path, if anywhere."""
+    import importlib.machinery  # only once the core has failed to load
+
     paths = [p for p in sys.path
              if p and os.path.abspath(p) != root]
     spec = importlib.machinery.PathFinder.find_spec("rdmaspawn", paths)

@@ -52,26 +52,28 @@ and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import _functools  # functools' C half, built in: partial() adds no frame to a warning's count
+import _thread
 import os
 import sys
-import threading
-import warnings
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Callable
 
 from .._startup.onimport import after_subprocess
-from ..dropin import poolhandler
-from ..dropin import wrapping as _wrapping
 from .callsite import call_from
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Callable
+
     from .._host.procfs import Mapping
 
 # RDMASPAWN's start-up hook imports this module in every interpreter of a
-# job: the rest (/proc, subprocess, CPython's table, the engine) is imported
-# where it is used, at a fork or once subprocess is imported.
+# job, so it imports nothing the interpreter has not loaded already: the
+# rest (/proc, the C core, warnings, subprocess, CPython's table) is imported
+# where it is used, at a fork or a spawn. At interpreter shutdown those
+# imports fail (sys.meta_path is None): the fork then goes ahead unlooked, as
+# after any failed look, and does what it does unguarded (forks on 3.9-3.11,
+# raises PythonFinalizationError on 3.13+).
 
 __all__ = [
     "ForkHazardError",
@@ -102,7 +104,7 @@ class ForkHazardError(RuntimeError):
         self.mappings: list[Mapping] = list(mappings)
 
 
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _mode: str | None = None
 # Our wrappers that act (the others pass through), and the one per attribute.
 _active: set[Callable[..., Any]] = set()
@@ -114,14 +116,14 @@ def _check(what: str) -> None:
     mode = _mode
     if mode is None:
         return
-    from .._host.procfs import dontfork_mappings, has_dontfork
-
     try:
+        from .._host.procfs import dontfork_mappings, has_dontfork
+
         if not has_dontfork():
             return
         maps = dontfork_mappings(devices=False)
-    except OSError:
-        return  # /proc unreadable: never block a spawn on a failed look
+    except (OSError, ImportError):
+        return  # /proc unreadable, or no import at shutdown: never block on a failed look
     # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
     _hazard(what, mode, maps, stacklevel=5)
 
@@ -133,9 +135,11 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     the child's total_vm differ. Raising makes it kill the child unrun.
     """
     del pid  # the child: held_fork deals with it
-    from .._host.procfs import dontfork_in, read_smaps
-    from . import devicememo
-
+    try:
+        from .._host.procfs import dontfork_in, read_smaps
+        from . import devicememo
+    except ImportError:
+        return  # at shutdown: let the child go, as after any failed look
     mode = _mode
     if mode is None or devicememo.explains(left_out):
         return
@@ -161,10 +165,11 @@ def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> N
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
         shown += f"; and {len(maps) - 5} more"
-    from ..dropin.patch import is_patched
-
-    # patch() in force already: advise only what is left to do.
-    spawners = "rdmaspawn.Popen" if is_patched() else "rdmaspawn.Popen or rdmaspawn.patch()"
+    # patch() in force already: advise only what is left to do (loaded only
+    # where it is: this may run at shutdown, where nothing can be imported).
+    patched = sys.modules.get("rdmaspawn.dropin.patch")
+    spawners = ("rdmaspawn.Popen" if patched is not None and patched.is_patched()
+                else "rdmaspawn.Popen or rdmaspawn.patch()")
     msg = (
         f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
         f"get those pages and may die with SIGSEGV before exec. Use {spawners} "
@@ -172,6 +177,8 @@ def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> N
     )
     if mode == "raise":
         raise ForkHazardError(msg, maps)
+    import warnings
+
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=stacklevel)
 
 
@@ -202,11 +209,25 @@ def _forks_only_for_preexec(fn: Any) -> bool:
     return bool(getattr(fn, _PREEXEC_ONLY, False)) or _is_engine(fn)
 
 
+def _wraps(wrapper: Any, original: Any) -> None:
+    """``functools.wraps(original, updated=())`` without importing functools."""
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
+                 "__type_params__"):
+        try:
+            value = getattr(original, attr)
+        except AttributeError:
+            continue
+        try:
+            setattr(wrapper, attr, value)
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__wrapped__ = original
+
+
 def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-    @functools.wraps(original, updated=())
     def guarded_fork(*args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1)
-        inner = guarded_fork.__wrapped__
+        inner = guarded_fork.__wrapped__  # type: ignore[attr-defined]
 
         def fork() -> Any:
             # From the caller's line: CPython's warning about forking with
@@ -219,26 +240,41 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
         if held is None:
             _check(what)
             return fork()
-        return held(fork, functools.partial(_after_fork, what), functools.partial(_unheld, what))
+        return held(fork, _functools.partial(_after_fork, what),
+                    _functools.partial(_unheld, what))
 
+    _wraps(guarded_fork, original)
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
 
 
-@functools.cache
+# csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
+# _NOT_LOADED before, None where the C core cannot be loaded.
+_NOT_LOADED: Any = object()
+_held: Any = _NOT_LOADED
+
+
 def _held_fork() -> Callable[..., Any] | None:
-    """csrc/python/heldfork.c's held_fork, or None where the C core cannot be loaded."""
-    try:
-        from .._native import capi
-    except (ImportError, OSError):
-        return None
-    return capi.held_fork
+    """held_fork, or None where the C core cannot be loaded (or, at shutdown, imported)."""
+    global _held
+    held = _held
+    if held is _NOT_LOADED:
+        try:
+            from .._native import capi
+        except (ImportError, OSError):
+            if sys.meta_path is None:
+                return None  # at shutdown: not for good, a later fork does not come
+            held = None
+        else:
+            held = capi.held_fork
+        _held = held
+    result: Callable[..., Any] | None = held
+    return result
 
 
 def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-    @functools.wraps(original, updated=())
     def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
-        inner = guarded_fork_exec.__wrapped__
+        inner = guarded_fork_exec.__wrapped__  # type: ignore[attr-defined]
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
@@ -247,11 +283,13 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
             _check(what)
         return inner(*args, **kwargs)
 
+    _wraps(guarded_fork_exec, original)
     setattr(guarded_fork_exec, _MARK, True)
     return guarded_fork_exec
 
 
-_Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
+if TYPE_CHECKING:
+    _Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
 
 
 _FORKS: list[_Target] = [
@@ -288,16 +326,31 @@ def guard(action: str = "warn") -> None:
     process that never spawns never loads it, and nothing reaches fork_exec
     before that import (see ``after_subprocess``).
     """
+    guard_forks(action)
+    after_subprocess(_guard_exec)
+    # A fork refused in a Pool's worker handler must fail the job, not hang
+    # it, however the guard was turned on (now, or when the pool module comes).
+    from ..dropin import poolhandler
+
+    poolhandler.install_when_imported()
+
+
+def guard_forks(action: str) -> None:
+    """The part of :func:`guard` for ``os.fork``/``os.forkpty`` alone: all
+    that RDMASPAWN's start-up does at once (the rest comes with the first
+    spawn, see ``rdmaspawn._startup.standin``, and multiprocessing.pool's
+    import)."""
     global _mode
     if action not in ("warn", "raise"):
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
         _install(_FORKS)
         _mode = action
-    after_subprocess(_guard_exec)
-    # A fork refused in a Pool's worker handler must fail the job, not hang
-    # it, however the guard was turned on (now, or when the pool module comes).
-    poolhandler.install_when_imported()
+
+
+def guard_exec() -> None:
+    """The part of :func:`guard` for fork_exec: wrap its names now (imports subprocess)."""
+    _guard_exec(None)
 
 
 def _guard_exec(_: Any) -> None:
@@ -330,6 +383,8 @@ def _install(targets: list[_Target]) -> None:
 def unguard() -> None:
     """Stop guarding; put back what :func:`guard` replaced where nobody wrapped it since."""
     global _mode
+    from ..dropin import wrapping as _wrapping
+
     with _lock:
         _mode = None
         for key, mine in list(_installed.items()):
@@ -346,16 +401,23 @@ def is_guarded() -> str | None:
     return _mode
 
 
-@contextlib.contextmanager
-def guarded(action: str = "warn") -> Iterator[None]:
-    """``with guarded("raise"):`` guard for the block, then restore the previous state."""
-    with _lock:
-        previous = _mode
-    guard(action)
-    try:
-        yield
-    finally:
-        if previous is None:
+class guarded:  # noqa: N801  # a function's name: it was a generator-based one
+    """``with guarded("raise"):`` guard for the block, then restore the previous state.
+
+    A class, not ``contextlib.contextmanager``: contextlib would cost every
+    interpreter under ``RDMASPAWN`` its import at start-up."""
+
+    def __init__(self, action: str = "warn") -> None:
+        self._action = action
+        self._previous: str | None = None
+
+    def __enter__(self) -> None:
+        with _lock:
+            self._previous = _mode
+        guard(self._action)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is None:
             unguard()
         else:
-            guard(previous)
+            guard(self._previous)
