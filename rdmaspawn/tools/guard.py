@@ -52,7 +52,7 @@ and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 
 from __future__ import annotations
 
-import _functools  # functools' C half, built in: partial() adds no frame to a warning's count
+import _functools  # type: ignore[import-not-found]  # functools' C half, built in: partial() adds no frame
 import _thread
 import os
 import sys
