@@ -10,8 +10,7 @@ from __future__ import annotations
 
 # First: a source tree without its build fails here, in one line that says
 # what to do, rather than deep inside an import chain.
-from ._startup import sourcetree as _sourcetree  # noqa: F401  # isort: skip
-import sys
+from ._startup import sourcetree as _sourcetree  # isort: skip
 
 # typing's import would cost every interpreter under RDMASPAWN more than all
 # of the start-up hook (python -m rdmaspawn.bench.startup): mypy reads this name.
@@ -112,15 +111,9 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _imported_by_site() -> bool:
-    """Whether site.py is importing this package (the .pth hook, a sitecustomize)."""
-    spec = getattr(sys.modules.get("site"), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
-
-
 # As `import subprocess` loads subprocess: a program may drop privileges or
 # chroot right after its imports, and find the library out of its reach.
-if not _imported_by_site():
+if not _sourcetree.imported_by_site():
     for _name in ("preexec", *(n for m in _DROPIN for n in _HOMES[m])):
         __getattr__(_name)
     del _name

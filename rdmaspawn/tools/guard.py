@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import _functools  # type: ignore[import-not-found]  # functools' C half, built in: partial() adds no frame
 import _thread
+import errno
 import os
 import sys
 
 from .._startup.onimport import after_subprocess
-from .callsite import call_from
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -232,6 +232,9 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
         def fork() -> Any:
             # From the caller's line: CPython's warning about forking with
             # threads (3.12+) names the frame that calls os.fork().
+            call_from = _call_from()
+            if call_from is None:  # at shutdown, before any fork loaded it
+                return inner(*args, **kwargs)
             return call_from(caller, inner, args, kwargs)
 
         if guarded_fork not in _active or _mode is None:
@@ -248,6 +251,15 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     return guarded_fork
 
 
+def _call_from() -> Callable[..., Any] | None:
+    """callsite.call_from, loaded at the first fork (None where it cannot be imported)."""
+    try:
+        from .callsite import call_from
+    except (ImportError, OSError):  # at shutdown, or no descriptor left to read it
+        return None
+    return call_from
+
+
 # csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
 # _NOT_LOADED before, None where the C core cannot be loaded.
 _NOT_LOADED: Any = object()
@@ -261,7 +273,11 @@ def _held_fork() -> Callable[..., Any] | None:
     if held is _NOT_LOADED:
         try:
             from .._native import capi
-        except (ImportError, OSError):
+        except OSError as exc:  # no descriptor or memory left to load it: try again next time
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                return None
+            held = None
+        except ImportError:
             if sys.meta_path is None:
                 return None  # at shutdown: not for good, a later fork does not come
             held = None
