@@ -291,8 +291,8 @@ LIGHT_EXTRA = {"_socket", "_functools", "errno"}
 #: rdmaspawn's modules that start-up loads: no drop-in, no engine, no doctor.
 LIGHT_OWN = {"rdmaspawn", "rdmaspawn._startup", "rdmaspawn._startup.autostart",
              "rdmaspawn._startup.onimport", "rdmaspawn._startup.sourcetree",
-             "rdmaspawn._startup.standin", "rdmaspawn._startup.switch", "rdmaspawn._native",
-             "rdmaspawn._native.repairgate", "rdmaspawn._host", "rdmaspawn._host.rdmanetlink",
+             "rdmaspawn._startup.standin", "rdmaspawn._startup.switch",
+             "rdmaspawn._startup.repairgate", "rdmaspawn._host", "rdmaspawn._host.rdmanetlink",
              "rdmaspawn.tools", "rdmaspawn.tools.guard"}
 
 

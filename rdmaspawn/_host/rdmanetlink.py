@@ -22,8 +22,6 @@ _RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK = 93  # u8
 _NLM_F_REQUEST = 1
 _NLMSG_ERROR = 2
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
-#: The device class ib_core registers: there while it is loaded.
-_IB_CLASS = "/sys/class/infiniband"
 
 
 def rdma_netlink_copy_on_fork() -> tuple[bool | None, str]:
@@ -33,16 +31,8 @@ def rdma_netlink_copy_on_fork() -> tuple[bool | None, str]:
     None with the reason when it could not be asked -- then libibverbs cannot
     ask either, and ibv_fork_init() marks DONTFORK as before.  RDMA netlink
     exists once ib_core is loaded (any RDMA driver loads it).
-
-    Without ib_core (no ``/sys/class/infiniband``, the class it registers,
-    built in or a module) the answer is None at once: no socket, so neither
-    ``_socket``'s load (RDMASPAWN=on asks at every interpreter's start-up:
-    it was a third of what ``on`` cost there) nor the kernel loading ib_core
-    to serve a socket() for it. No memory can be registered there.
     """
-    if not os.path.isdir(_IB_CLASS):
-        return None, "RDMA netlink is unavailable: ib_core is not loaded"
-    import _socket  # not socket: only the C module's few names are needed
+    import _socket  # not socket, nor at the top: RDMASPAWN's start-up may import this module
 
     try:
         sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_RDMA)

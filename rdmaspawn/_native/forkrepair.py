@@ -17,7 +17,7 @@ import os
 import sys
 from typing import NamedTuple
 
-from .repairgate import USE_MADVISE, refusal
+from .._startup.repairgate import USE_MADVISE, refusal
 
 __all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
 

@@ -62,7 +62,7 @@ def apply(settings: Settings) -> list[str]:
         standin.install(lambda placed: _settle(settings, placed), patch=settings.patch)
     repaired = False
     if settings.repair:
-        from .._native.repairgate import refusal  # no C, no typing, unless the kernel says yes
+        from .repairgate import refusal  # no C, no typing, no socket, unless it may
 
         why_not = refusal()
         if why_not is None:
