@@ -6,8 +6,8 @@ tables, so memory that libibverbs marked MADV_DONTFORK cannot go missing in
 the child. ``import rdmaspawn as subprocess`` works for the common API.
 ``rdmaspawn.patch()`` routes the standard library's own spawns through it.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 # First: a source tree without its build fails here, in one line that says
 # what to do, rather than deep inside an import chain.
 from ._startup import sourcetree as _sourcetree  # isort: skip
@@ -94,7 +94,7 @@ _DROPIN = ("subprocess", "._child.pack", "._native.engine", ".dropin.forkexec",
            ".dropin.patch", ".dropin.popen")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     import importlib
 
     if name == "preexec":

@@ -18,8 +18,8 @@ This is an entry point like ``__main__``: it sits above the tools it applies.
 site.py runs ``.pth`` files before ``sitecustomize`` and ``PYTHONSTARTUP``, so
 a user's own start-up code runs after this and can change what it did.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 import os
 import sys
 
@@ -45,7 +45,7 @@ def _say(line: str) -> None:
         pass  # no usable stderr (pythonw-like embedding, closed fd 2): stay silent
 
 
-def apply(settings: Settings) -> list[str]:
+def apply(settings: "Settings") -> list[str]:
     """Do what ``settings`` asks in this process; return what was done, in words."""
     done: list[str] = []
     if settings.patch:
@@ -83,7 +83,7 @@ def apply(settings: Settings) -> list[str]:
     return done
 
 
-def _settle(settings: Settings, placed: list[tuple[Any, str, Any, Any]]) -> None:
+def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> None:
     """What the stand-ins stood for, at the first spawn (or ``dropin.patch``'s
     import): each taken out of its place, then ``patch()`` and the guard of
     fork_exec, in that order, as if applied at ``import subprocess``."""
@@ -111,7 +111,7 @@ def _pool_handler() -> None:
     poolhandler.install_when_imported()
 
 
-def _safely(fn: Callable[[], None], what: str) -> None:
+def _safely(fn: "Callable[[], None]", what: str) -> None:
     """Run a deferred step inside the user's import or spawn: never break it."""
     try:
         fn()

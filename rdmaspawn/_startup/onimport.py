@@ -21,8 +21,8 @@ RDMASPAWN's start-up hook imports this module in every interpreter of a job:
 it imports nothing the interpreter has not loaded already (``threading`` and
 ``typing`` would each cost more than all of ``on``'s start-up).
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 import _thread
 import sys
 
@@ -37,15 +37,15 @@ __all__ = ["after_subprocess", "when_imported"]
 
 _lock = _thread.allocate_lock()
 # name -> [(fn, at_once)]: what waits for that module.
-_pending: dict[str, list[tuple[Callable[[ModuleType], None], bool]]] = {}
+_pending: "dict[str, list[tuple[Callable[[ModuleType], None], bool]]]" = {}
 _PACKAGE = __name__.split(".")[0] + "."
 # Per thread: the calls that came due while one of the package's own modules
 # was loading (None when none is), made once the outermost has loaded.
 _loading = _thread._local()
 
 
-def _call(fn: Callable[[ModuleType], None], module: ModuleType, at_once: bool = False) -> None:
-    due: list[tuple[Callable[[ModuleType], None], ModuleType]] | None = getattr(
+def _call(fn: "Callable[[ModuleType], None]", module: "ModuleType", at_once: bool = False) -> None:
+    due: "list[tuple[Callable[[ModuleType], None], ModuleType]] | None" = getattr(  # noqa: UP037
         _loading, "due", None)
     if due is None or at_once:
         fn(module)
@@ -56,18 +56,18 @@ def _call(fn: Callable[[ModuleType], None], module: ModuleType, at_once: bool = 
 class _CallingLoader:
     """A module's real loader, plus the functions waiting for that module."""
 
-    def __init__(self, loader: Any, name: str) -> None:
+    def __init__(self, loader: "Any", name: str) -> None:
         self._loader = loader
         self._name = name
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> "Any":
         return getattr(self._loader, attr)
 
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         create = getattr(self._loader, "create_module", None)
         return create(spec) if create is not None else None
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "ModuleType") -> None:
         self._loader.exec_module(module)
         with _lock:
             waiting = _pending.pop(self._name, [])
@@ -80,7 +80,7 @@ class _CallingLoader:
 class _OwnLoader(_CallingLoader):
     """One of this package's modules: the calls due while it loads wait for its end."""
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "ModuleType") -> None:
         if getattr(_loading, "due", None) is not None:  # inside another of ours
             self._loader.exec_module(module)
             return
@@ -96,8 +96,8 @@ class _OwnLoader(_CallingLoader):
 class _Finder:
     """First on sys.meta_path while some function waits; silent for every other name."""
 
-    def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(self, name: str, path: "Sequence[str] | None" = None,
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if name in _pending:
             wrap: type[_CallingLoader] = _CallingLoader
         elif name.startswith(_PACKAGE):
@@ -108,7 +108,7 @@ class _Finder:
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
                 continue
-            spec: ModuleSpec | None = find(name, path, target)
+            spec: "ModuleSpec | None" = find(name, path, target)  # noqa: UP037
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
                     spec.loader = wrap(spec.loader, name)  # type: ignore[assignment]
@@ -119,7 +119,7 @@ class _Finder:
 _finder = _Finder()
 
 
-def when_imported(name: str, fn: Callable[[ModuleType], None], at_once: bool = False) -> bool:
+def when_imported(name: str, fn: "Callable[[ModuleType], None]", at_once: bool = False) -> bool:
     """Call ``fn(module)`` now if ``name`` is imported (returns True), else after its import.
 
     ``at_once``: ``fn`` imports none of this package's modules, so it runs
@@ -137,7 +137,7 @@ def when_imported(name: str, fn: Callable[[ModuleType], None], at_once: bool = F
     return False
 
 
-def _bring_subprocess(_: ModuleType) -> None:
+def _bring_subprocess(_: "ModuleType") -> None:
     # A bare `import _posixsubprocess` (multiprocessing's spawnv_passfds on
     # 3.9-3.10) could reach fork_exec before anything waiting for subprocess
     # ran: import subprocess now, unless that is what is importing it.
@@ -145,7 +145,7 @@ def _bring_subprocess(_: ModuleType) -> None:
         import subprocess  # noqa: F401
 
 
-def after_subprocess(fn: Callable[[ModuleType], None], at_once: bool = False) -> bool:
+def after_subprocess(fn: "Callable[[ModuleType], None]", at_once: bool = False) -> bool:
     """``fn(subprocess)`` now if subprocess is imported (returns True), else
     right after its import, which a first ``import _posixsubprocess`` brings
     about too: before any of the standard library's fork_exec can run.

@@ -12,8 +12,8 @@ for it. A driver loaded after the process started leaves the repair off in
 it (a later ``rdmaspawn.repair_fork()`` asks again): the marks stay, and the
 guard and the start method see to them.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 import os
 
 __all__ = ["USE_MADVISE", "refusal"]
@@ -25,7 +25,7 @@ USE_MADVISE = "RDMAV_USE_MADVISE"
 IB_CLASS = "/sys/class/infiniband"
 
 
-def refusal() -> str | None:
+def refusal() -> "str | None":
     """Why the repair may not run here, in one line; ``None`` where it may."""
     if USE_MADVISE in os.environ:
         return (f"{USE_MADVISE} is set: the program asked libibverbs to mark its "

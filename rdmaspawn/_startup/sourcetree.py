@@ -16,8 +16,8 @@ load: cffi's backend costs an interpreter 0.5-5 ms to load, and start-up
 needs no C (the guard loads it at the first fork, the patch at the first
 spawn; a core that is there but does not load is reported then).
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 import _imp
 import os
 import sys
@@ -28,7 +28,7 @@ __all__ = ["imported_by_site", "require_core"]
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _installed_elsewhere(root: str) -> str | None:
+def _installed_elsewhere(root: str) -> "str | None":
     """Where another rdmaspawn is installed on sys.path, if anywhere."""
     import importlib.machinery  # only once the core has failed to load
 
@@ -40,7 +40,7 @@ def _installed_elsewhere(root: str) -> str | None:
     return list(spec.submodule_search_locations)[0]
 
 
-def _explain(exc: ImportError) -> str:
+def _explain(exc: "ImportError") -> str:
     import glob  # only once the core has failed to load
 
     built = glob.glob(os.path.join(_HERE, "_rdmaspawn_cffi*.so"))

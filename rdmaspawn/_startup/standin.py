@@ -22,8 +22,8 @@ its name. A stand-in that someone else's wrapper holds without
 This module imports nothing the interpreter has not loaded already; what it
 runs is handed to it by ``autostart``.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 import _thread
 import os
 import sys
@@ -40,19 +40,19 @@ __all__ = ["give_way", "install", "took_out"]
 _MARK = "__rdmaspawn_standin__"
 _lock = _thread.RLock()
 # What the stand-ins wait for (autostart's), until it has run; None after.
-_settle: Callable[[list[tuple[Any, str, Any, Any]]], None] | None = None
+_settle: "Callable[[list[tuple[Any, str, Any, Any]]], None] | None" = None
 # (owner, attribute, stand-in, what it replaced), in the order placed.
-_placed: list[tuple[Any, str, Any, Any]] = []
+_placed: "list[tuple[Any, str, Any, Any]]" = []
 # Stand-ins taken out of their place by the settle: they pass calls on to
 # their attribute as it is now (the rest, to what they replaced).
-_gone: set[Any] = set()
+_gone: "set[Any]" = set()
 _with_patch = False
 # The settle has run (another thread's stand-in waits on _lock until then).
 _done = False
 
 
-def _standin(owner: Any, attr: str, original: Any) -> Callable[..., Any]:
-    def standin(*args: Any, **kwargs: Any) -> Any:
+def _standin(owner: "Any", attr: str, original: "Any") -> "Callable[..., Any]":
+    def standin(*args: "Any", **kwargs: "Any") -> "Any":
         give_way()
         target = getattr(owner, attr, None) if standin in _gone else original
         if target is standin or target is None:
@@ -65,7 +65,7 @@ def _standin(owner: Any, attr: str, original: Any) -> Callable[..., Any]:
     return standin
 
 
-def _place(owner: Any, attr: str) -> None:
+def _place(owner: "Any", attr: str) -> None:
     original = getattr(owner, attr, None)
     if original is None or getattr(original, _MARK, False):
         return
@@ -74,7 +74,7 @@ def _place(owner: Any, attr: str) -> None:
     _placed.append((owner, attr, standin, original))
 
 
-def _place_at_subprocess(subprocess: ModuleType) -> None:
+def _place_at_subprocess(subprocess: "ModuleType") -> None:
     # Inside subprocess's import (at_once): nothing of ours may be imported here.
     with _lock:
         if _settle is None:
@@ -90,7 +90,7 @@ def _place_at_subprocess(subprocess: ModuleType) -> None:
             _place(subprocess.Popen, "_posix_spawn")
 
 
-def install(settle: Callable[[list[tuple[Any, str, Any, Any]]], None], patch: bool) -> None:
+def install(settle: "Callable[[list[tuple[Any, str, Any, Any]]], None]", patch: bool) -> None:
     """Put stand-ins in place (``Popen._posix_spawn`` and ``os._spawnvef`` too
     with ``patch``) and run ``settle(placed)`` at the first use of one."""
     global _settle, _with_patch
@@ -101,7 +101,7 @@ def install(settle: Callable[[list[tuple[Any, str, Any, Any]]], None], patch: bo
     after_subprocess(_place_at_subprocess, at_once=True)
 
 
-def took_out(standin: Any) -> None:
+def took_out(standin: "Any") -> None:
     """The settle took ``standin`` out of its place: it now passes calls to the attribute."""
     _gone.add(standin)
 

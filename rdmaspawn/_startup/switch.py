@@ -26,8 +26,8 @@ item                        effect at interpreter start
 Unknown items and bad values are reported (one line each) and skipped; the
 valid items still apply.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 __all__ = ["VARIABLE", "GUARD_ACTIONS", "START_METHODS", "Settings", "parse", "ON"]
 
 #: The environment variable the start-up hook reads.
@@ -53,9 +53,9 @@ class Settings(tuple):  # type: ignore[type-arg]
     __slots__ = ()
     _fields = ("patch", "guard", "start_method", "verbose", "repair")
 
-    def __new__(cls, patch: bool = False, guard: str | None = None,
-                start_method: str | None = None, verbose: bool = False,
-                repair: bool = False) -> Settings:
+    def __new__(cls, patch: bool = False, guard: "str | None" = None,
+                start_method: "str | None" = None, verbose: bool = False,
+                repair: bool = False) -> "Settings":
         return tuple.__new__(cls, (patch, guard, start_method, verbose, repair))
 
     @property
@@ -64,15 +64,15 @@ class Settings(tuple):  # type: ignore[type-arg]
         return bool(self[0])
 
     @property
-    def guard(self) -> str | None:
+    def guard(self) -> "str | None":
         """``"warn"``, ``"raise"`` or ``None`` (no guard)."""
-        value: str | None = self[1]
+        value: "str | None" = self[1]  # noqa: UP037  # mypy 3.9: no X | Y unquoted without __future__
         return value
 
     @property
-    def start_method(self) -> str | None:
+    def start_method(self) -> "str | None":
         """``"forkserver"``, ``"spawn"`` or ``None`` (leave multiprocessing's default)."""
-        value: str | None = self[2]
+        value: "str | None" = self[2]  # noqa: UP037
         return value
 
     @property
@@ -113,7 +113,7 @@ class Settings(tuple):  # type: ignore[type-arg]
 ON = Settings(patch=True, guard="raise", start_method="forkserver", repair=True)
 
 
-def parse(value: str) -> tuple[Settings, list[str]]:
+def parse(value: str) -> "tuple[Settings, list[str]]":
     """``(settings, problems)`` for one value; each problem is one line for the user."""
     found = Settings()._asdict()
     problems: list[str] = []

@@ -49,8 +49,8 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
 ``fork_exec`` is positional only; which argument is which on each version,
 and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 """
-
-from __future__ import annotations
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 
 import _functools  # type: ignore[import-not-found]  # functools' C half, built in: partial() adds no frame
 import _thread
@@ -91,7 +91,7 @@ _PREEXEC_ONLY = "__rdmaspawn_forks_only_for_preexec_fn__"
 class ForkHazardWarning(RuntimeWarning):
     """A fork() is about to run in a process that holds MADV_DONTFORK memory."""
 
-    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
         super().__init__(message)
         self.mappings: list[Mapping] = list(mappings)
 
@@ -99,16 +99,16 @@ class ForkHazardWarning(RuntimeWarning):
 class ForkHazardError(RuntimeError):
     """A fork() was refused: the process holds MADV_DONTFORK memory (see ``.mappings``)."""
 
-    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
         super().__init__(message)
         self.mappings: list[Mapping] = list(mappings)
 
 
 _lock = _thread.RLock()
-_mode: str | None = None
+_mode: "str | None" = None
 # Our wrappers that act (the others pass through), and the one per attribute.
-_active: set[Callable[..., Any]] = set()
-_installed: dict[tuple[str, str], Callable[..., Any]] = {}
+_active: "set[Callable[..., Any]]" = set()
+_installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
 def _check(what: str) -> None:
@@ -161,7 +161,7 @@ def _unheld(what: str) -> None:
     _check(what)
 
 
-def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> None:
+def _hazard(what: str, mode: str, maps: "Sequence[Mapping]", stacklevel: int) -> None:
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
         shown += f"; and {len(maps) - 5} more"
@@ -182,7 +182,7 @@ def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> N
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=stacklevel)
 
 
-def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
+def _fork_exec_forks(args: "tuple[Any, ...]", preexec_only: bool) -> bool:
     """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
     from .._child.recognize import as_setup
     from ..dropin import cpython as _cpython
@@ -198,18 +198,18 @@ def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
     return _cpython.fork_exec_forks(call, preexec_only)
 
 
-def _is_engine(fn: Any) -> bool:
+def _is_engine(fn: "Any") -> bool:
     if getattr(fn, "__rdmaspawn__", False):
         return True
     module = getattr(fn, "__module__", None) or ""
     return module == "rdmaspawn" or module.startswith("rdmaspawn.")
 
 
-def _forks_only_for_preexec(fn: Any) -> bool:
+def _forks_only_for_preexec(fn: "Any") -> bool:
     return bool(getattr(fn, _PREEXEC_ONLY, False)) or _is_engine(fn)
 
 
-def _wraps(wrapper: Any, original: Any) -> None:
+def _wraps(wrapper: "Any", original: "Any") -> None:
     """``functools.wraps(original, updated=())`` without importing functools."""
     for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
                  "__type_params__"):
@@ -224,12 +224,12 @@ def _wraps(wrapper: Any, original: Any) -> None:
     wrapper.__wrapped__ = original
 
 
-def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-    def guarded_fork(*args: Any, **kwargs: Any) -> Any:
+def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
+    def guarded_fork(*args: "Any", **kwargs: "Any") -> "Any":
         caller = sys._getframe(1)
         inner = guarded_fork.__wrapped__  # type: ignore[attr-defined]
 
-        def fork() -> Any:
+        def fork() -> "Any":
             # From the caller's line: CPython's warning about forking with
             # threads (3.12+) names the frame that calls os.fork().
             call_from = _call_from()
@@ -251,7 +251,7 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
     return guarded_fork
 
 
-def _call_from() -> Callable[..., Any] | None:
+def _call_from() -> "Callable[..., Any] | None":
     """callsite.call_from, loaded at the first fork (None where it cannot be imported)."""
     try:
         from .callsite import call_from
@@ -262,11 +262,11 @@ def _call_from() -> Callable[..., Any] | None:
 
 # csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
 # _NOT_LOADED before, None where the C core cannot be loaded.
-_NOT_LOADED: Any = object()
-_held: Any = _NOT_LOADED
+_NOT_LOADED: "Any" = object()
+_held: "Any" = _NOT_LOADED
 
 
-def _held_fork() -> Callable[..., Any] | None:
+def _held_fork() -> "Callable[..., Any] | None":
     """held_fork, or None where the C core cannot be loaded (or, at shutdown, imported)."""
     global _held
     held = _held
@@ -284,12 +284,12 @@ def _held_fork() -> Callable[..., Any] | None:
         else:
             held = capi.held_fork
         _held = held
-    result: Callable[..., Any] | None = held
+    result: "Callable[..., Any] | None" = held  # noqa: UP037
     return result
 
 
-def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-    def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
+def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
+    def guarded_fork_exec(*args: "Any", **kwargs: "Any") -> "Any":
         inner = guarded_fork_exec.__wrapped__  # type: ignore[attr-defined]
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
@@ -308,13 +308,13 @@ if TYPE_CHECKING:
     _Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
 
 
-_FORKS: list[_Target] = [
+_FORKS: "list[_Target]" = [
     (os, "fork", _wrap_fork, "os.fork()"),
     (os, "forkpty", _wrap_fork, "os.forkpty()"),
 ]
 
 
-def _exec_targets() -> list[_Target]:
+def _exec_targets() -> "list[_Target]":
     """fork_exec's names: imports subprocess (see guard())."""
     import _posixsubprocess
     import subprocess
@@ -369,13 +369,13 @@ def guard_exec() -> None:
     _guard_exec(None)
 
 
-def _guard_exec(_: Any) -> None:
+def _guard_exec(_: "Any") -> None:
     with _lock:
         if _mode is not None:  # not unguard()ed before subprocess came
             _install(_exec_targets())
 
 
-def _install(targets: list[_Target]) -> None:
+def _install(targets: "list[_Target]") -> None:
     for module, attr, wrap, what in targets:
         current = getattr(module, attr, None)
         if current is None:
@@ -412,7 +412,7 @@ def unguard() -> None:
             # their chain as a pass-through.
 
 
-def is_guarded() -> str | None:
+def is_guarded() -> "str | None":
     """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
     return _mode
 
@@ -425,7 +425,7 @@ class guarded:  # noqa: N801  # a function's name: it was a generator-based one
 
     def __init__(self, action: str = "warn") -> None:
         self._action = action
-        self._previous: str | None = None
+        self._previous: "str | None" = None  # noqa: UP037
 
     def __enter__(self) -> None:
         with _lock:
