@@ -114,13 +114,15 @@ def give_way() -> None:
     global _settle, _done
     if _done:
         return
+    if _settle is not None and "subprocess" not in sys.modules:
+        # Before the lock: subprocess's import takes it to place the stand-ins
+        # (in another thread, maybe, which would then wait for this one).
+        import subprocess  # noqa: F401  # the stand-ins to take out are all placed
     with _lock:
         settle, _settle = _settle, None
         if settle is None:
             return  # never asked for, or this thread is running it
         try:
-            if "subprocess" not in sys.modules:
-                import subprocess  # noqa: F401  # the stand-ins to take out are all placed
             settle(list(_placed))
         finally:
             _done = True
