@@ -248,7 +248,7 @@ def test_a_subinterpreter_is_told_the_truth() -> None:
         print("started", flush=True)
         interpreters.run_string(interp, "import subprocess\\n"
                                         "try: subprocess.run(['true'])\\n"
-                                        "except RuntimeError: pass")
+                                        "except Exception: pass")  # isolated: no fork_exec
         interpreters.destroy(interp)   # 3.14+ warns about one left at exit
     """)
     res = python("-c", code, value="on")

@@ -437,3 +437,14 @@ class guarded:  # noqa: N801  # a function's name: it was a generator-based one
             unguard()
         else:
             guard(self._previous)
+
+    def __call__(self, func: "Callable[..., Any]") -> "Callable[..., Any]":
+        """``@guarded("raise")``: each call of ``func`` guarded, as contextmanager's allowed."""
+        action = self._action
+
+        def inner(*args: "Any", **kwargs: "Any") -> "Any":
+            with guarded(action):
+                return func(*args, **kwargs)
+
+        _wraps(inner, func)
+        return inner
