@@ -88,6 +88,9 @@ class Settings(tuple):  # type: ignore[type-arg]
         fields = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, self))
         return f"Settings({fields})"
 
+    def __getnewargs__(self) -> "tuple[object, ...]":  # copy and pickle: __new__ takes the fields
+        return tuple(self)
+
     def _asdict(self) -> dict[str, object]:
         return dict(zip(self._fields, self))
 
