@@ -6,14 +6,15 @@ tables, so memory that libibverbs marked MADV_DONTFORK cannot go missing in
 the child. ``import rdmaspawn as subprocess`` works for the common API.
 ``rdmaspawn.patch()`` routes the standard library's own spawns through it.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 # First: a source tree without its build fails here, in one line that says
 # what to do, rather than deep inside an import chain.
-from ._startup import sourcetree as _sourcetree  # noqa: F401  # isort: skip
-import sys
-from typing import TYPE_CHECKING, Any
+from ._startup import sourcetree as _sourcetree  # isort: skip
 
+# typing's import would cost every interpreter under RDMASPAWN more than all
+# of the start-up hook (python -m rdmaspawn.bench.startup): mypy reads this name.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from subprocess import (
         DEVNULL,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         SubprocessError,
         TimeoutExpired,
     )
+    from typing import Any
 
     from . import preexec
     from ._child.pack import ChildSetupError
@@ -92,7 +94,7 @@ _DROPIN = ("subprocess", "._child.pack", "._native.engine", ".dropin.forkexec",
            ".dropin.patch", ".dropin.popen")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     import importlib
 
     if name == "preexec":
@@ -109,15 +111,9 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _imported_by_site() -> bool:
-    """Whether site.py is importing this package (the .pth hook, a sitecustomize)."""
-    spec = getattr(sys.modules.get("site"), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
-
-
 # As `import subprocess` loads subprocess: a program may drop privileges or
 # chroot right after its imports, and find the library out of its reach.
-if not _imported_by_site():
+if not _sourcetree.imported_by_site():
     for _name in ("preexec", *(n for m in _DROPIN for n in _HOMES[m])):
         __getattr__(_name)
     del _name

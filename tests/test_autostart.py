@@ -234,8 +234,10 @@ def test_pythonstartup_runs_and_the_hook_stays(tmp_path: Path) -> None:
                     reason="before 3.12 a subinterpreter loads the core like the main one")
 def test_a_subinterpreter_is_told_the_truth() -> None:
     """Under RDMASPAWN a subinterpreter runs the hook, and the built C core
-    cannot be loaded there (cffi modules are single-phase): the one line says
-    so, not that the core is unbuilt and needs a pip install."""
+    cannot be loaded there (cffi modules are single-phase). Start-up loads no
+    C; the first spawn, which would load the patch, says why it cannot in
+    one line, not that the core is unbuilt and needs a pip install, and the
+    spawn goes on as it would without rdmaspawn."""
     code = textwrap.dedent("""\
         try:
             import _interpreters as interpreters
@@ -243,10 +245,15 @@ def test_a_subinterpreter_is_told_the_truth() -> None:
             import _xxsubinterpreters as interpreters
         interp = interpreters.create()
         interpreters.run_string(interp, "pass")
+        print("started", flush=True)
+        interpreters.run_string(interp, "import subprocess\\n"
+                                        "try: subprocess.run(['true'])\\n"
+                                        "except Exception: pass")  # isolated: no fork_exec
         interpreters.destroy(interp)   # 3.14+ warns about one left at exit
     """)
     res = python("-c", code, value="on")
     assert res.returncode == 0, res.stderr
+    assert res.stdout == "started\n"
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and "does not support loading in subinterpreters" in lines[0], lines
     assert "not built" not in res.stderr and "pip install" not in res.stderr, lines
@@ -273,11 +280,42 @@ def test_on_leaves_the_heavy_modules_unimported() -> None:
         assert (r.returncode, r.stdout.strip()) == (0, "[]"), (value, r.stdout, r.stderr)
 
 
-def test_on_loads_the_engine_with_subprocess_not_before() -> None:
+#: What ``on`` may add to an interpreter's modules at start-up, and at
+#: ``import subprocess``, beyond rdmaspawn's own start-up modules: the socket
+#: module the fork repair asks the kernel through (where ib_core is loaded), and the
+#: built-in errno and functools C half.
+#: No typing, threading, functools, collections, contextlib, warnings,
+#: ctypes, nor cffi's backend (the C core): each would cost more than the
+#: whole hook (python -m rdmaspawn.bench.startup; issue 29 item 4).
+LIGHT_EXTRA = {"_socket", "_functools", "errno"}
+#: rdmaspawn's modules that start-up loads: no drop-in, no engine, no doctor.
+LIGHT_OWN = {"rdmaspawn", "rdmaspawn._startup", "rdmaspawn._startup.autostart",
+             "rdmaspawn._startup.onimport", "rdmaspawn._startup.sourcetree",
+             "rdmaspawn._startup.standin", "rdmaspawn._startup.switch",
+             "rdmaspawn._startup.repairgate", "rdmaspawn._host", "rdmaspawn._host.rdmanetlink",
+             "rdmaspawn.tools", "rdmaspawn.tools.guard"}
+
+
+@pytest.mark.parametrize("program", ["pass", "import subprocess"])
+def test_on_loads_almost_nothing_at_start_up(program: str) -> None:
+    """Under ``on``, start-up (and a first ``import subprocess``) loads only
+    the hook's own small modules: the guard's machinery waits for the first
+    fork, the patch and the engine for the first spawn (checked by presence,
+    not timing: the benchmark measures the cost)."""
+    code = f"{program}\nimport json, sys; print(json.dumps(sorted(sys.modules)))"
+    bare, on = (python("-c", code, value=value) for value in (None, "on"))
+    assert bare.returncode == on.returncode == 0, (bare.stderr, on.stderr)
+    added = set(json.loads(on.stdout)) - set(json.loads(bare.stdout))
+    assert added - LIGHT_OWN - LIGHT_EXTRA == set()
+    assert "rdmaspawn.tools.guard" in added  # the wrappers of os.fork are in place
+
+
+def test_on_loads_the_engine_at_the_first_spawn_and_every_route_gets_it() -> None:
     """``on`` costs an interpreter that never spawns only the guard of
-    os.fork: subprocess, the patch and the engine load with the program's
-    own first import of subprocess (or of _posixsubprocess, or its first
-    os.spawn*, or of one of rdmaspawn's modules that import it), and each
+    os.fork: the program's first import of subprocess (or of
+    _posixsubprocess, or one of rdmaspawn's modules that import it) puts
+    stand-ins where the patch goes, so that no stock fork_exec is left; the
+    patch and the engine load with the first spawn (or os.spawn*), and each
     route then goes through the engine, guarded."""
     code = textwrap.dedent("""\
         import json, os, sys
@@ -293,8 +331,15 @@ def test_on_loads_the_engine_with_subprocess_not_before() -> None:
             from rdmaspawn.dropin.popen import Popen
         else:
             import subprocess
-            out["status"] = subprocess.run(["/bin/true"]).returncode
-        import subprocess, rdmaspawn
+        import _posixsubprocess, subprocess
+        names = [getattr(_posixsubprocess, "fork_exec"), getattr(subprocess, "_fork_exec", None),
+                 subprocess.Popen._posix_spawn]
+        out["stock"] = [f.__qualname__ for f in names if f is not None
+                        and not hasattr(f, "__wrapped__")  # a stand-in, a guard wrapper
+                        and not str(getattr(f, "__module__", "")).startswith("rdmaspawn")]
+        out["patch_loaded"] = "rdmaspawn.dropin.patch" in sys.modules
+        out["run"] = subprocess.run(["/bin/true"]).returncode
+        import rdmaspawn
         from rdmaspawn._native import engine
         from rdmaspawn.dropin import cpython
         home, attr = cpython.require().home
@@ -304,12 +349,45 @@ def test_on_loads_the_engine_with_subprocess_not_before() -> None:
                    engine_below=getattr(fork_exec.__wrapped__, "__rdmaspawn__", False))
         print(json.dumps(out))
     """)
-    for how, spawns in (("subprocess", 1), ("spawnv", 1), ("_posixsubprocess", 0),
-                        ("own", 0)):
+    for how, spawns in (("subprocess", 1), ("spawnv", 2), ("_posixsubprocess", 1),
+                        ("own", 1)):
         r = python("-c", code, how, value="on")
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["at_start"] == [] and out["fork_guarded"], (how, out)
+        # Before the first spawn: every name is a stand-in, nothing stock.
+        assert out["stock"] == [] and out["patch_loaded"] == (how == "spawnv"), (how, out)
         assert (out["patched"], out["exec_guarded"], out["engine_below"]) == (True, True, True), \
             (how, out)
-        assert out["spawns"] == spawns and out.get("status", 0) == 0, (how, out)
+        assert out["spawns"] == spawns and out.get("status", 0) == out["run"] == 0, (how, out)
+
+
+def test_no_thread_sees_subprocess_before_the_patch() -> None:
+    """Issue 27 item 8: thread A's first ``rdmaspawn.Popen`` loads the drop-in,
+    which imports subprocess; thread B, importing subprocess the moment it
+    appears, must find no stock fork_exec there (it did 20 times in 20: the
+    patch waited for the drop-in's whole import)."""
+    code = textwrap.dedent("""\
+        import json, sys, threading
+        seen = {}
+
+        def b():
+            while "subprocess" not in sys.modules:
+                pass
+            import _posixsubprocess, subprocess
+            names = {"_posixsubprocess.fork_exec": _posixsubprocess.fork_exec,
+                     "subprocess._fork_exec": getattr(subprocess, "_fork_exec", None)}
+            seen["stock"] = [name for name, f in names.items()
+                             if f is not None and type(f).__name__ == "builtin_function_or_method"]
+
+        t = threading.Thread(target=b)
+        t.start()
+        import rdmaspawn
+        rdmaspawn.Popen  # thread A: loads the drop-in, which imports subprocess
+        t.join()
+        print(json.dumps(seen))
+    """)
+    for _ in range(5):
+        r = python("-c", code, value="on")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == {"stock": []}

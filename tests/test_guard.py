@@ -502,3 +502,38 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
 
+_FORK_AT_FINALIZATION = """if 1:
+    import os
+
+    class AtFinalization:
+        def __del__(self):
+            print("OK", flush=True)
+            pid = os.fork()
+            if pid != 0:
+                print("parent", flush=True)
+                os.waitpid(pid, 0)
+            else:
+                os._exit(0)
+
+    at_finalization = AtFinalization()
+"""
+
+
+@pytest.mark.parametrize("value", ["guard=raise", "on"])
+def test_fork_at_finalization_as_stock(value: str) -> None:
+    """Issue 27 item 4, CPython's test_os.ForkTests.test_fork_at_finalization:
+    a fork in a ``__del__`` at shutdown does what it does unguarded (3.9-3.11
+    fork; 3.13 raises PythonFinalizationError), not an ImportError from the
+    guard's first look (sys.meta_path is None by then)."""
+    def run(rdmaspawn: str | None) -> tuple[int, str, list[str]]:
+        env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
+        if rdmaspawn is not None:
+            env["RDMASPAWN"] = rdmaspawn
+        r = subprocess.run([sys.executable, "-c", _FORK_AT_FINALIZATION], env=env,
+                           capture_output=True, text=True, timeout=60, check=False)
+        errors = [line for line in r.stderr.splitlines() if "Error" in line]
+        return r.returncode, r.stdout, errors
+
+    stock, guarded = run(None), run(value)
+    assert guarded == stock
+    assert "ImportError" not in str(guarded)

@@ -9,10 +9,8 @@ has, or whether it has one. The doctor reports it; the fork repair
 
 from __future__ import annotations
 
-import _socket  # not socket: RDMASPAWN=on asks at every interpreter's start-up
 import errno
 import os
-import struct
 
 __all__ = ["rdma_netlink_copy_on_fork"]
 
@@ -34,12 +32,16 @@ def rdma_netlink_copy_on_fork() -> tuple[bool | None, str]:
     ask either, and ibv_fork_init() marks DONTFORK as before.  RDMA netlink
     exists once ib_core is loaded (any RDMA driver loads it).
     """
+    import _socket  # not socket, nor at the top: RDMASPAWN's start-up may import this module
+
     try:
         sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_RDMA)
     except OSError as e:
         if e.errno == errno.EPROTONOSUPPORT:
             return None, "RDMA netlink is unavailable: ib_core is not loaded"
         return None, f"RDMA netlink socket failed: {e.strerror}"
+    import struct  # here: most hosts have no RDMA netlink, and never get this far
+
     try:
         sock.settimeout(2.0)
         kind = (_RDMA_NL_NLDEV << 10) + _RDMA_NLDEV_CMD_SYS_GET
@@ -53,6 +55,8 @@ def rdma_netlink_copy_on_fork() -> tuple[bool | None, str]:
 
 
 def _copy_on_fork_attribute(reply: bytes) -> tuple[bool | None, str]:
+    import struct
+
     if len(reply) < 16:
         return None, "RDMA netlink answered with a short message"
     length, kind = struct.unpack_from("=IH", reply)

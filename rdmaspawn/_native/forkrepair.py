@@ -17,13 +17,9 @@ import os
 import sys
 from typing import NamedTuple
 
-from .._host.rdmanetlink import rdma_netlink_copy_on_fork
+from .._startup.repairgate import USE_MADVISE, refusal
 
 __all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
-
-#: rdma-core's variable for "mark registrations even where the kernel copies
-#: pinned pages" (libibverbs 51+): the program asked for the marks.
-USE_MADVISE = "RDMAV_USE_MADVISE"
 
 #: What a process with the repair in force maps (csrc/forkrepair.c's memfd), so
 #: that the doctor can tell from outside.
@@ -47,21 +43,6 @@ class ForkRepair(NamedTuple):
     #: Marked mappings un-marked by the sweeps (marks made before a
     #: libibverbs was found).
     unmarked: int = 0
-
-
-def refusal() -> str | None:
-    """Why the repair may not run here, in one line; ``None`` where it may."""
-    if USE_MADVISE in os.environ:
-        return (f"{USE_MADVISE} is set: the program asked libibverbs to mark its "
-                "registrations MADV_DONTFORK, so the marks stay")
-    copies, how = rdma_netlink_copy_on_fork()
-    if copies:
-        return None
-    if copies is False:
-        return (f"the kernel does not say it copies DMA-pinned pages at fork ({how}): "
-                "there the MADV_DONTFORK marks protect registered memory, so they stay")
-    return (f"the kernel's copy of DMA-pinned pages at fork cannot be confirmed ({how}): "
-            "the MADV_DONTFORK marks stay")
 
 
 def repair_state(reason: str | None = None) -> ForkRepair:

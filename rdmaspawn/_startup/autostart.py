@@ -6,18 +6,30 @@ variable up, so an interpreter without it pays for one dictionary lookup;
 with it set, the line imports this module and calls :func:`start`, and turns
 any import failure (a broken install) into one line on stderr.
 
+Every interpreter of a job pays for what runs here, so it loads almost
+nothing: the guard's wrappers of ``os.fork``/``os.forkpty`` (their machinery
+loads at the first fork), stand-ins that ``import subprocess`` puts in
+place of the patch and the guard of fork_exec (``standin``: the real ones load
+at the first spawn), the fork repair's question to the kernel, and hooks
+on multiprocessing's import. No child starts before the patch and the
+guard are in force. ``python -m rdmaspawn.bench.startup`` measures the cost.
+
 This is an entry point like ``__main__``: it sits above the tools it applies.
 site.py runs ``.pth`` files before ``sitecustomize`` and ``PYTHONSTARTUP``, so
 a user's own start-up code runs after this and can change what it did.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 import os
 import sys
-from typing import Callable
 
-from .onimport import after_subprocess, when_imported
+from . import standin
+from .onimport import when_imported
 from .switch import VARIABLE, Settings, parse
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["start", "apply"]
 
@@ -33,85 +45,84 @@ def _say(line: str) -> None:
         pass  # no usable stderr (pythonw-like embedding, closed fd 2): stay silent
 
 
-def apply(settings: Settings) -> list[str]:
+def apply(settings: "Settings") -> list[str]:
     """Do what ``settings`` asks in this process; return what was done, in words."""
     done: list[str] = []
     if settings.patch:
-        if "subprocess" in sys.modules:
-            from ..dropin.patch import patch
-
-            patch()
-        else:
-            _patch_with_subprocess()
         done.append("patch()")
     if settings.guard is not None:
-        from ..tools.guard import guard
+        from ..tools.guard import guard_forks
 
-        guard(settings.guard)  # with Pool's worker handler (see dropin.poolhandler)
+        guard_forks(settings.guard)  # fork_exec's part comes with the patch's (_settle)
+        # A fork refused in a Pool's worker handler must fail the job, not hang it.
+        when_imported("multiprocessing.pool",
+                      lambda _: _safely(_pool_handler, "multiprocessing.Pool"))
         done.append(f"guard({settings.guard!r})")
+    if settings.patch or settings.guard is not None:
+        standin.install(lambda placed: _settle(settings, placed), patch=settings.patch)
     repaired = False
     if settings.repair:
-        from .._native.forkrepair import repair_fork  # no C unless the kernel says yes
+        from .repairgate import refusal  # no C, no typing, no socket, unless it may
 
-        result = repair_fork()
-        repaired = result.active
+        why_not = refusal()
+        if why_not is None:
+            from .._native.forkrepair import repair_fork
+
+            result = repair_fork()
+            repaired, why_not = result.active, result.reason
         done.append("repair_fork(): in force" if repaired
-                    else f"repair_fork() refused: {result.reason}")
+                    else f"repair_fork() refused: {why_not}")
     if settings.start_method is not None and repaired:
         done.append(f"multiprocessing's default start method left as it is ({settings.start_method} "
                     "is the fallback where the fork repair cannot apply)")
     elif settings.start_method is not None:
-        from ..dropin.startmethod import prefer_start_method
-
         method = settings.start_method
         when_imported("multiprocessing.context",
-                      lambda _: _safely(lambda: _prefer(prefer_start_method, method),
-                                        "the default start method"))
+                      lambda _: _safely(lambda: _prefer(method), "the default start method"))
         done.append(f"multiprocessing's default start method is {method}")
     return done
 
 
-def _patch_with_subprocess() -> None:
-    """``patch()`` once the program imports subprocess, not at start-up.
+def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> None:
+    """What the stand-ins stood for, at the first spawn (or ``dropin.patch``'s
+    import): each taken out of its place, then ``patch()`` and the guard of
+    fork_exec, in that order, as if applied at ``import subprocess``."""
+    try:
+        from ..dropin import wrapping
 
-    subprocess and the engine were most of what ``on`` cost an interpreter
-    at start-up (``python -m rdmaspawn.bench.startup`` measures it), and
-    every child the standard library starts comes after that import:
-    ``subprocess.Popen``, ``os.popen``, asyncio's and multiprocessing's all
-    import it first (a bare ``_posixsubprocess`` brings it, see
-    ``after_subprocess``). ``os.spawn*`` does not: its ``os._spawnvef``
-    stands in until then, and imports subprocess at its first call.
-    """
-    original = getattr(os, "_spawnvef", None)
+        for owner, attr, stand, original in placed:
+            if wrapping.splice_out(owner, attr, stand, original):
+                standin.took_out(stand)
+        if settings.patch:
+            from ..dropin.patch import patch
 
-    def spawnvef(*args: object) -> object:
-        if getattr(os, "_spawnvef", None) is spawnvef:
-            os._spawnvef = original  # type: ignore[attr-defined]
-        import subprocess  # noqa: F401  # patch() comes with it
-        return os._spawnvef(*args)  # type: ignore[attr-defined]
+            _safely(patch, "patch()")
+        if settings.guard is not None:
+            from ..tools.guard import guard_exec
 
-    def patch_now(_: object) -> None:
-        if getattr(os, "_spawnvef", None) is spawnvef:
-            os._spawnvef = original  # type: ignore[attr-defined]
-        from ..dropin.patch import patch
-
-        _safely(patch, "patch()")
-
-    if original is not None:
-        os._spawnvef = spawnvef  # type: ignore[attr-defined]
-    after_subprocess(patch_now)
+            _safely(guard_exec, "the guard of fork_exec")
+    except Exception as exc:  # a broken install: the spawn goes ahead unpatched, as before
+        _say(f"{VARIABLE}: could not load the patch: {type(exc).__name__}: {exc}")
 
 
-def _safely(fn: Callable[[], None], what: str) -> None:
-    """Run a deferred step inside the user's import: never break it."""
+def _pool_handler() -> None:
+    from ..dropin import poolhandler
+
+    poolhandler.install_when_imported()
+
+
+def _safely(fn: "Callable[[], None]", what: str) -> None:
+    """Run a deferred step inside the user's import or spawn: never break it."""
     try:
         fn()
     except Exception as exc:
         _say(f"{VARIABLE}: could not adjust {what}: {type(exc).__name__}: {exc}")
 
 
-def _prefer(prefer: Callable[[str], object], method: str) -> None:
-    if prefer(method) is None:  # something chose before us (cannot happen at start-up)
+def _prefer(method: str) -> None:
+    from ..dropin.startmethod import prefer_start_method
+
+    if prefer_start_method(method) is None:  # something chose before us (cannot happen at start-up)
         _say(f"multiprocessing's start method was chosen before {VARIABLE} could apply "
              f"{method}: left as it is")
 

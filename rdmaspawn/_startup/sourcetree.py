@@ -9,21 +9,29 @@ the plain ImportError would not say why. numpy refuses the same way.
 Importing this module does the check, so that the package's first import
 line is enough. An installed rdmaspawn pays nothing for it: the diagnosis
 runs only when the core's import has already failed.
-"""
-from __future__ import annotations
 
-import importlib.machinery
+Where site.py imports the package (RDMASPAWN's start-up hook, in every
+interpreter of a job) the check is that the core's file is there, not its
+load: cffi's backend costs an interpreter 0.5-5 ms to load, and start-up
+needs no C (the guard loads it at the first fork, the patch at the first
+spawn; a core that is there but does not load is reported then).
+"""
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
+import _imp
 import os
 import sys
 
-__all__ = ["require_core"]
+__all__ = ["imported_by_site", "require_core"]
 
 #: The package directory (this module sits in its _startup/).
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _installed_elsewhere(root: str) -> str | None:
+def _installed_elsewhere(root: str) -> "str | None":
     """Where another rdmaspawn is installed on sys.path, if anywhere."""
+    import importlib.machinery  # only once the core has failed to load
+
     paths = [p for p in sys.path
              if p and os.path.abspath(p) != root]
     spec = importlib.machinery.PathFinder.find_spec("rdmaspawn", paths)
@@ -32,7 +40,7 @@ def _installed_elsewhere(root: str) -> str | None:
     return list(spec.submodule_search_locations)[0]
 
 
-def _explain(exc: ImportError) -> str:
+def _explain(exc: "ImportError") -> str:
     import glob  # only once the core has failed to load
 
     built = glob.glob(os.path.join(_HERE, "_rdmaspawn_cffi*.so"))
@@ -54,6 +62,18 @@ def _explain(exc: ImportError) -> str:
             "Python outside the checkout)")
 
 
+def imported_by_site() -> bool:
+    """Whether site.py is importing the package (the .pth hook, a sitecustomize)."""
+    spec = getattr(sys.modules.get("site"), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _built() -> bool:
+    """Whether the compiled core's file is in the package (without loading it)."""
+    return any(os.path.exists(os.path.join(_HERE, "_rdmaspawn_cffi" + suffix))
+               for suffix in _imp.extension_suffixes())
+
+
 def require_core() -> None:
     """Import the compiled core; an ImportError that says what to do if it fails."""
     try:
@@ -62,4 +82,7 @@ def require_core() -> None:
         raise ImportError(_explain(exc)) from exc
 
 
-require_core()
+if not imported_by_site():
+    require_core()
+elif not _built():
+    raise ImportError(_explain(ImportError("no compiled core")))

@@ -26,10 +26,8 @@ item                        effect at interpreter start
 Unknown items and bad values are reported (one line each) and skipped; the
 valid items still apply.
 """
-from __future__ import annotations
-
-from typing import NamedTuple
-
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 __all__ = ["VARIABLE", "GUARD_ACTIONS", "START_METHODS", "Settings", "parse", "ON"]
 
 #: The environment variable the start-up hook reads.
@@ -45,18 +43,56 @@ _ITEMS_HELP = ("patch, guard=warn|raise, repair, start_method=forkserver|spawn, 
                "off")
 
 
-class Settings(NamedTuple):
-    """What one ``RDMASPAWN`` value asks for (a NamedTuple: ``dataclasses``
-    would cost every interpreter's start-up ~30 ms)."""
+class Settings(tuple):  # type: ignore[type-arg]
+    """What one ``RDMASPAWN`` value asks for: a tuple of its five fields, in
+    this order. Written out by hand: ``typing.NamedTuple``, ``namedtuple``
+    and ``dataclasses`` would import typing or collections in every
+    interpreter that starts with ``RDMASPAWN`` set, several times what this
+    module costs (``python -m rdmaspawn.bench.startup`` measures it)."""
 
-    patch: bool = False
-    #: ``"warn"``, ``"raise"`` or ``None`` (no guard).
-    guard: str | None = None
-    #: ``"forkserver"``, ``"spawn"`` or ``None`` (leave multiprocessing's default).
-    start_method: str | None = None
-    verbose: bool = False
-    #: ``rdmaspawn.repair_fork()``; where it is in force, ``start_method`` is not applied.
-    repair: bool = False
+    __slots__ = ()
+    _fields = ("patch", "guard", "start_method", "verbose", "repair")
+
+    def __new__(cls, patch: bool = False, guard: "str | None" = None,
+                start_method: "str | None" = None, verbose: bool = False,
+                repair: bool = False) -> "Settings":
+        return tuple.__new__(cls, (patch, guard, start_method, verbose, repair))
+
+    @property
+    def patch(self) -> bool:
+        """``rdmaspawn.patch()``."""
+        return bool(self[0])
+
+    @property
+    def guard(self) -> "str | None":
+        """``"warn"``, ``"raise"`` or ``None`` (no guard)."""
+        value: "str | None" = self[1]  # noqa: UP037  # mypy 3.9: no X | Y unquoted without __future__
+        return value
+
+    @property
+    def start_method(self) -> "str | None":
+        """``"forkserver"``, ``"spawn"`` or ``None`` (leave multiprocessing's default)."""
+        value: "str | None" = self[2]  # noqa: UP037
+        return value
+
+    @property
+    def verbose(self) -> bool:
+        return bool(self[3])
+
+    @property
+    def repair(self) -> bool:
+        """``rdmaspawn.repair_fork()``; where it is in force, ``start_method`` is not applied."""
+        return bool(self[4])
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, self))
+        return f"Settings({fields})"
+
+    def __getnewargs__(self) -> "tuple[object, ...]":  # copy and pickle: __new__ takes the fields
+        return tuple(self)
+
+    def _asdict(self) -> dict[str, object]:
+        return dict(zip(self._fields, self))
 
     def __bool__(self) -> bool:
         return (self.patch or self.guard is not None or self.start_method is not None
@@ -80,7 +116,7 @@ class Settings(NamedTuple):
 ON = Settings(patch=True, guard="raise", start_method="forkserver", repair=True)
 
 
-def parse(value: str) -> tuple[Settings, list[str]]:
+def parse(value: str) -> "tuple[Settings, list[str]]":
     """``(settings, problems)`` for one value; each problem is one line for the user."""
     found = Settings()._asdict()
     problems: list[str] = []
@@ -101,4 +137,4 @@ def parse(value: str) -> tuple[Settings, list[str]]:
             found["start_method"] = arg
         else:
             problems.append(f"ignoring {item!r} in {VARIABLE}={value!r} (items: {_ITEMS_HELP})")
-    return Settings(**found), problems
+    return Settings(**found), problems  # type: ignore[arg-type]

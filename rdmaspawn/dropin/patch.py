@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .._startup import standin as _standin
 from . import cpython as _cpython
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
@@ -122,3 +123,8 @@ def get_context(method: str = "forkserver") -> Any:
 
     patch()
     return multiprocessing.get_context(method)
+
+
+# Where RDMASPAWN's start-up put stand-ins for patch(), it takes their place
+# now, with this module's first import (is_patched() says the truth at once).
+_standin.give_way()

@@ -20,13 +20,15 @@ from .._native import engine as _engine
 from .._native import request as _request
 from . import arguments
 from . import cpython as _cpython
+from . import wrapping as _wrapping
 
 __all__ = ["posix_spawn_method"]
 
 # The running CPython's parameters of _posix_spawn (they differ by version:
 # 3.13 added close_fds), read from its code object: inspect.signature()
 # would import inspect, ~15 ms of every interpreter's start-up under RDMASPAWN.
-_CPYTHON = subprocess.Popen._posix_spawn  # type: ignore[attr-defined]
+# CPython's own, below any wrapper (RDMASPAWN's start-up stand-in, say).
+_CPYTHON = _wrapping.innermost(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
 _PARAMETERS: tuple[str, ...] = _CPYTHON.__code__.co_varnames[:_CPYTHON.__code__.co_argcount]
 _DEFAULTS: dict[str, Any] = dict(zip(reversed(_PARAMETERS), reversed(_CPYTHON.__defaults__ or ())))
 

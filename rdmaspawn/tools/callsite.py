@@ -10,12 +10,14 @@ file name and line, which is all a warning reads from a frame.
 
 from __future__ import annotations
 
-from types import CodeType, FrameType
-from typing import Any, Callable
+TYPE_CHECKING = False  # types and typing: see guard.py (loaded at start-up)
+if TYPE_CHECKING:
+    from types import CodeType, FrameType
+    from typing import Any, Callable
 
 __all__ = ["call_from"]
 
-_TEMPLATE = compile("__call(*__args, **__kwargs)", "<rdmaspawn call site>", "eval")
+_TEMPLATE: CodeType | None = None  # compiled at the first call: compile() costs a start-up ~1 ms
 _SITES: dict[tuple[str, int], CodeType] = {}
 _MAX_SITES = 4096  # a bound, for programs that fork from generated code
 
@@ -26,6 +28,9 @@ def call_from(caller: FrameType, fn: Callable[..., Any], args: tuple[Any, ...],
     key = (caller.f_code.co_filename, caller.f_lineno or caller.f_code.co_firstlineno)
     site = _SITES.get(key)
     if site is None:
+        global _TEMPLATE
+        if _TEMPLATE is None:
+            _TEMPLATE = compile("__call(*__args, **__kwargs)", "<rdmaspawn call site>", "eval")
         # One line of code: its line number is co_firstlineno on every version.
         site = _TEMPLATE.replace(co_filename=key[0], co_firstlineno=key[1])
         if len(_SITES) < _MAX_SITES:

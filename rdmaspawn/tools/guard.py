@@ -49,29 +49,31 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
 ``fork_exec`` is positional only; which argument is which on each version,
 and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 """
+# No `from __future__ import annotations`: it is an import of __future__ in every
+# interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
 
-from __future__ import annotations
-
-import contextlib
-import functools
+import _functools  # type: ignore[import-not-found]  # functools' C half, built in: partial() adds no frame
+import _thread
+import errno
 import os
 import sys
-import threading
-import warnings
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Callable
 
 from .._startup.onimport import after_subprocess
-from ..dropin import poolhandler
-from ..dropin import wrapping as _wrapping
-from .callsite import call_from
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Callable
+
     from .._host.procfs import Mapping
 
 # RDMASPAWN's start-up hook imports this module in every interpreter of a
-# job: the rest (/proc, subprocess, CPython's table, the engine) is imported
-# where it is used, at a fork or once subprocess is imported.
+# job, so it imports nothing the interpreter has not loaded already: the
+# rest (/proc, the C core, warnings, subprocess, CPython's table) is imported
+# where it is used, at a fork or a spawn. At interpreter shutdown those
+# imports fail (sys.meta_path is None): the fork then goes ahead unlooked, as
+# after any failed look, and does what it does unguarded (forks on 3.9-3.11,
+# raises PythonFinalizationError on 3.13+).
 
 __all__ = [
     "ForkHazardError",
@@ -89,7 +91,7 @@ _PREEXEC_ONLY = "__rdmaspawn_forks_only_for_preexec_fn__"
 class ForkHazardWarning(RuntimeWarning):
     """A fork() is about to run in a process that holds MADV_DONTFORK memory."""
 
-    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
         super().__init__(message)
         self.mappings: list[Mapping] = list(mappings)
 
@@ -97,16 +99,16 @@ class ForkHazardWarning(RuntimeWarning):
 class ForkHazardError(RuntimeError):
     """A fork() was refused: the process holds MADV_DONTFORK memory (see ``.mappings``)."""
 
-    def __init__(self, message: str, mappings: Sequence[Mapping] = ()) -> None:
+    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
         super().__init__(message)
         self.mappings: list[Mapping] = list(mappings)
 
 
-_lock = threading.RLock()
-_mode: str | None = None
+_lock = _thread.RLock()
+_mode: "str | None" = None
 # Our wrappers that act (the others pass through), and the one per attribute.
-_active: set[Callable[..., Any]] = set()
-_installed: dict[tuple[str, str], Callable[..., Any]] = {}
+_active: "set[Callable[..., Any]]" = set()
+_installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
 def _check(what: str) -> None:
@@ -114,14 +116,14 @@ def _check(what: str) -> None:
     mode = _mode
     if mode is None:
         return
-    from .._host.procfs import dontfork_mappings, has_dontfork
-
     try:
+        from .._host.procfs import dontfork_mappings, has_dontfork
+
         if not has_dontfork():
             return
         maps = dontfork_mappings(devices=False)
-    except OSError:
-        return  # /proc unreadable: never block a spawn on a failed look
+    except (OSError, ImportError):
+        return  # /proc unreadable, or no import at shutdown: never block on a failed look
     # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
     _hazard(what, mode, maps, stacklevel=5)
 
@@ -133,9 +135,11 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     the child's total_vm differ. Raising makes it kill the child unrun.
     """
     del pid  # the child: held_fork deals with it
-    from .._host.procfs import dontfork_in, read_smaps
-    from . import devicememo
-
+    try:
+        from .._host.procfs import dontfork_in, read_smaps
+        from . import devicememo
+    except ImportError:
+        return  # at shutdown: let the child go, as after any failed look
     mode = _mode
     if mode is None or devicememo.explains(left_out):
         return
@@ -157,14 +161,15 @@ def _unheld(what: str) -> None:
     _check(what)
 
 
-def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> None:
+def _hazard(what: str, mode: str, maps: "Sequence[Mapping]", stacklevel: int) -> None:
     shown = "; ".join(m.describe() for m in maps[:5])
     if len(maps) > 5:
         shown += f"; and {len(maps) - 5} more"
-    from ..dropin.patch import is_patched
-
-    # patch() in force already: advise only what is left to do.
-    spawners = "rdmaspawn.Popen" if is_patched() else "rdmaspawn.Popen or rdmaspawn.patch()"
+    # patch() in force already: advise only what is left to do (loaded only
+    # where it is: this may run at shutdown, where nothing can be imported).
+    patched = sys.modules.get("rdmaspawn.dropin.patch")
+    spawners = ("rdmaspawn.Popen" if patched is not None and patched.is_patched()
+                else "rdmaspawn.Popen or rdmaspawn.patch()")
     msg = (
         f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
         f"get those pages and may die with SIGSEGV before exec. Use {spawners} "
@@ -172,10 +177,12 @@ def _hazard(what: str, mode: str, maps: Sequence[Mapping], stacklevel: int) -> N
     )
     if mode == "raise":
         raise ForkHazardError(msg, maps)
+    import warnings
+
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=stacklevel)
 
 
-def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
+def _fork_exec_forks(args: "tuple[Any, ...]", preexec_only: bool) -> bool:
     """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
     from .._child.recognize import as_setup
     from ..dropin import cpython as _cpython
@@ -191,26 +198,43 @@ def _fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
     return _cpython.fork_exec_forks(call, preexec_only)
 
 
-def _is_engine(fn: Any) -> bool:
+def _is_engine(fn: "Any") -> bool:
     if getattr(fn, "__rdmaspawn__", False):
         return True
     module = getattr(fn, "__module__", None) or ""
     return module == "rdmaspawn" or module.startswith("rdmaspawn.")
 
 
-def _forks_only_for_preexec(fn: Any) -> bool:
+def _forks_only_for_preexec(fn: "Any") -> bool:
     return bool(getattr(fn, _PREEXEC_ONLY, False)) or _is_engine(fn)
 
 
-def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-    @functools.wraps(original, updated=())
-    def guarded_fork(*args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1)
-        inner = guarded_fork.__wrapped__
+def _wraps(wrapper: "Any", original: "Any") -> None:
+    """``functools.wraps(original, updated=())`` without importing functools."""
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
+                 "__type_params__"):
+        try:
+            value = getattr(original, attr)
+        except AttributeError:
+            continue
+        try:
+            setattr(wrapper, attr, value)
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__wrapped__ = original
 
-        def fork() -> Any:
+
+def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
+    def guarded_fork(*args: "Any", **kwargs: "Any") -> "Any":
+        caller = sys._getframe(1)
+        inner = guarded_fork.__wrapped__  # type: ignore[attr-defined]
+
+        def fork() -> "Any":
             # From the caller's line: CPython's warning about forking with
             # threads (3.12+) names the frame that calls os.fork().
+            call_from = _call_from()
+            if call_from is None:  # at shutdown, before any fork loaded it
+                return inner(*args, **kwargs)
             return call_from(caller, inner, args, kwargs)
 
         if guarded_fork not in _active or _mode is None:
@@ -219,26 +243,54 @@ def _wrap_fork(original: Callable[..., Any], what: str) -> Callable[..., Any]:
         if held is None:
             _check(what)
             return fork()
-        return held(fork, functools.partial(_after_fork, what), functools.partial(_unheld, what))
+        return held(fork, _functools.partial(_after_fork, what),
+                    _functools.partial(_unheld, what))
 
+    _wraps(guarded_fork, original)
     setattr(guarded_fork, _MARK, True)
     return guarded_fork
 
 
-@functools.cache
-def _held_fork() -> Callable[..., Any] | None:
-    """csrc/python/heldfork.c's held_fork, or None where the C core cannot be loaded."""
+def _call_from() -> "Callable[..., Any] | None":
+    """callsite.call_from, loaded at the first fork (None where it cannot be imported)."""
     try:
-        from .._native import capi
-    except (ImportError, OSError):
+        from .callsite import call_from
+    except (ImportError, OSError):  # at shutdown, or no descriptor left to read it
         return None
-    return capi.held_fork
+    return call_from
 
 
-def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-    @functools.wraps(original, updated=())
-    def guarded_fork_exec(*args: Any, **kwargs: Any) -> Any:
-        inner = guarded_fork_exec.__wrapped__
+# csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
+# _NOT_LOADED before, None where the C core cannot be loaded.
+_NOT_LOADED: "Any" = object()
+_held: "Any" = _NOT_LOADED
+
+
+def _held_fork() -> "Callable[..., Any] | None":
+    """held_fork, or None where the C core cannot be loaded (or, at shutdown, imported)."""
+    global _held
+    held = _held
+    if held is _NOT_LOADED:
+        try:
+            from .._native import capi
+        except OSError as exc:  # no descriptor or memory left to load it: try again next time
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                return None
+            held = None
+        except ImportError:
+            if sys.meta_path is None:
+                return None  # at shutdown: not for good, a later fork does not come
+            held = None
+        else:
+            held = capi.held_fork
+        _held = held
+    result: "Callable[..., Any] | None" = held  # noqa: UP037
+    return result
+
+
+def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
+    def guarded_fork_exec(*args: "Any", **kwargs: "Any") -> "Any":
+        inner = guarded_fork_exec.__wrapped__  # type: ignore[attr-defined]
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
@@ -247,20 +299,22 @@ def _wrap_fork_exec(original: Callable[..., Any], what: str) -> Callable[..., An
             _check(what)
         return inner(*args, **kwargs)
 
+    _wraps(guarded_fork_exec, original)
     setattr(guarded_fork_exec, _MARK, True)
     return guarded_fork_exec
 
 
-_Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
+if TYPE_CHECKING:
+    _Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
 
 
-_FORKS: list[_Target] = [
+_FORKS: "list[_Target]" = [
     (os, "fork", _wrap_fork, "os.fork()"),
     (os, "forkpty", _wrap_fork, "os.forkpty()"),
 ]
 
 
-def _exec_targets() -> list[_Target]:
+def _exec_targets() -> "list[_Target]":
     """fork_exec's names: imports subprocess (see guard())."""
     import _posixsubprocess
     import subprocess
@@ -288,25 +342,40 @@ def guard(action: str = "warn") -> None:
     process that never spawns never loads it, and nothing reaches fork_exec
     before that import (see ``after_subprocess``).
     """
+    guard_forks(action)
+    after_subprocess(_guard_exec)
+    # A fork refused in a Pool's worker handler must fail the job, not hang
+    # it, however the guard was turned on (now, or when the pool module comes).
+    from ..dropin import poolhandler
+
+    poolhandler.install_when_imported()
+
+
+def guard_forks(action: str) -> None:
+    """The part of :func:`guard` for ``os.fork``/``os.forkpty`` alone: all
+    that RDMASPAWN's start-up does at once (the rest comes with the first
+    spawn, see ``rdmaspawn._startup.standin``, and multiprocessing.pool's
+    import)."""
     global _mode
     if action not in ("warn", "raise"):
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
         _install(_FORKS)
         _mode = action
-    after_subprocess(_guard_exec)
-    # A fork refused in a Pool's worker handler must fail the job, not hang
-    # it, however the guard was turned on (now, or when the pool module comes).
-    poolhandler.install_when_imported()
 
 
-def _guard_exec(_: Any) -> None:
+def guard_exec() -> None:
+    """The part of :func:`guard` for fork_exec: wrap its names now (imports subprocess)."""
+    _guard_exec(None)
+
+
+def _guard_exec(_: "Any") -> None:
     with _lock:
         if _mode is not None:  # not unguard()ed before subprocess came
             _install(_exec_targets())
 
 
-def _install(targets: list[_Target]) -> None:
+def _install(targets: "list[_Target]") -> None:
     for module, attr, wrap, what in targets:
         current = getattr(module, attr, None)
         if current is None:
@@ -330,6 +399,8 @@ def _install(targets: list[_Target]) -> None:
 def unguard() -> None:
     """Stop guarding; put back what :func:`guard` replaced where nobody wrapped it since."""
     global _mode
+    from ..dropin import wrapping as _wrapping
+
     with _lock:
         _mode = None
         for key, mine in list(_installed.items()):
@@ -341,21 +412,39 @@ def unguard() -> None:
             # their chain as a pass-through.
 
 
-def is_guarded() -> str | None:
+def is_guarded() -> "str | None":
     """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
     return _mode
 
 
-@contextlib.contextmanager
-def guarded(action: str = "warn") -> Iterator[None]:
-    """``with guarded("raise"):`` guard for the block, then restore the previous state."""
-    with _lock:
-        previous = _mode
-    guard(action)
-    try:
-        yield
-    finally:
-        if previous is None:
+class guarded:  # noqa: N801  # a function's name: it was a generator-based one
+    """``with guarded("raise"):`` guard for the block, then restore the previous state.
+
+    A class, not ``contextlib.contextmanager``: contextlib would cost every
+    interpreter under ``RDMASPAWN`` its import at start-up."""
+
+    def __init__(self, action: str = "warn") -> None:
+        self._action = action
+        self._previous: "str | None" = None  # noqa: UP037
+
+    def __enter__(self) -> None:
+        with _lock:
+            self._previous = _mode
+        guard(self._action)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is None:
             unguard()
         else:
-            guard(previous)
+            guard(self._previous)
+
+    def __call__(self, func: "Callable[..., Any]") -> "Callable[..., Any]":
+        """``@guarded("raise")``: each call of ``func`` guarded, as contextmanager's allowed."""
+        action = self._action
+
+        def inner(*args: "Any", **kwargs: "Any") -> "Any":
+            with guarded(action):
+                return func(*args, **kwargs)
+
+        _wraps(inner, func)
+        return inner
