@@ -10,8 +10,9 @@
   ``group``/``extra_groups`` are, or (3.10-3.13) when ``subprocess._USE_VFORK``
   is false; 3.14 has no such flag and ignores one set by hand.
 
-If the process holds ``MADV_DONTFORK`` memory (device mappings left out), it
-warns with :class:`ForkHazardWarning` (and forks) or raises
+If the process holds ``MADV_DONTFORK`` memory that a fork() child trips on
+(the doctor's rule, :func:`rdmaspawn._host.forkrisk.fork_hazards`: device
+memory and a buffer on pages of its own left out), it warns with :class:`ForkHazardWarning` (and forks) or raises
 :class:`ForkHazardError` (and no child is left). How it knows:
 
 - ``os.fork``/``os.forkpty``: the fork goes ahead with its child held before
@@ -114,16 +115,27 @@ def _check(what: str) -> None:
     mode = _mode
     if mode is None:
         return
-    from .._host.procfs import dontfork_mappings, has_dontfork
+    from .._host.procfs import has_dontfork, read_smaps
 
     try:
         if not has_dontfork():
             return
-        maps = dontfork_mappings(devices=False)
+        maps = _hazards(read_smaps())
     except OSError:
         return  # /proc unreadable: never block a spawn on a failed look
-    # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
-    _hazard(what, mode, maps, stacklevel=5)
+    if maps:
+        # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
+        _hazard(what, mode, maps, stacklevel=5)
+
+
+def _hazards(smaps: bytes) -> list[Mapping]:
+    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``)."""
+    from .._host.forkrisk import fork_hazards
+    from .._host.procfs import dontfork_in, parse_smaps
+
+    if not dontfork_in(smaps, devices=False):
+        return []  # the usual case: parse nothing more
+    return [f.mapping for f in fork_hazards(parse_smaps(smaps))]
 
 
 def _after_fork(what: str, pid: int, left_out: int) -> None:
@@ -133,7 +145,7 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     the child's total_vm differ. Raising makes it kill the child unrun.
     """
     del pid  # the child: held_fork deals with it
-    from .._host.procfs import dontfork_in, read_smaps
+    from .._host.procfs import read_smaps
     from . import devicememo
 
     mode = _mode
@@ -144,7 +156,7 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     except OSError:
         return  # /proc unreadable: never block a fork on a failed look
     devicememo.learn(data)
-    maps = dontfork_in(data, devices=False)
+    maps = _hazards(data)
     if maps:
         # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller.
         _hazard(what, mode, maps, stacklevel=4)

@@ -8,13 +8,13 @@ import re
 import sys
 from typing import Any
 
+from ..._host.forkrisk import classify
 from ..._host.processinfo import exe_path, read_environ
 from ..._host.procfs import Mapping, Pid, all_mappings, library_paths, max_map_count
 from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ..._native.forkrepair import USE_MADVISE
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
-from .classify import classify
 from .facts import (
     ENGINE_MODULE,
     ENV_VARS,
@@ -134,7 +134,7 @@ def doctor(pid: int | None = None) -> Report:
     target: Pid = "self" if is_self or pid is None else pid
     real_pid = os.getpid() if is_self or pid is None else pid
     mappings = all_mappings(target)
-    findings = [classify(m, mappings) for m in mappings if m.dontfork]
+    findings = [classify(m, mappings, target) for m in mappings if m.dontfork]
     libs = mapped_libraries(target)
     env, env_source = _environ_of(real_pid, is_self)
     notes: list[str] = []

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from .classify import Finding
+from ..._host.forkrisk import Finding
 from .escape import printable
 from .facts import ENV_VARS
 from .protection import Protection

@@ -22,9 +22,9 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from ..._host.forkrisk import Finding, classify
 from ..._host.processinfo import all_pids, read_cmdline
 from ..._host.procfs import NoSuchProcessError, all_mappings, has_dontfork, read_proc
-from .classify import Finding, classify
 from .escape import printable
 from .process import mapped_libraries
 
@@ -152,7 +152,7 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
         try:
             if has_dontfork(pid, devices=True):
                 mappings = all_mappings(pid)
-                findings = [classify(m, mappings) for m in mappings if m.dontfork]
+                findings = [classify(m, mappings, pid) for m in mappings if m.dontfork]
                 if findings:  # it may have dropped them in between
                     entries.append(_entry(pid, findings, me))
         except NoSuchProcessError:

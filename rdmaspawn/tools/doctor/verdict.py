@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .classify import RISK_ORDER
+from ..._host.forkrisk import RISK_ORDER
 from .report import Report
 
 __all__ = ["judge"]
