@@ -305,11 +305,23 @@ def guard(action: str = "warn") -> None:
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
         _install(_FORKS)
+        if _mode != action:
+            _marker(action)
         _mode = action
     after_subprocess(_guard_exec)
     # A fork refused in a Pool's worker handler must fail the job, not hang
     # it, however the guard was turned on (now, or when the pool module comes).
     poolhandler.install_when_imported()
+
+
+def _marker(action: str | None) -> None:
+    """Say from outside that the guard is on (and how), or off: the doctor reads it."""
+    try:
+        from .._native import markers
+
+        markers.set_guard(action)
+    except (ImportError, OSError):  # no C core: no marker, the doctor says "not guarded"
+        pass
 
 
 def _guard_exec(_: Any) -> None:
@@ -343,6 +355,8 @@ def unguard() -> None:
     """Stop guarding; put back what :func:`guard` replaced where nobody wrapped it since."""
     global _mode
     with _lock:
+        if _mode is not None:
+            _marker(None)
         _mode = None
         for key, mine in list(_installed.items()):
             module_name, attr = key
