@@ -27,9 +27,10 @@ from typing import Any
 
 from ..._host.forkrisk import Finding, classify
 from ..._host.hidden import Hidden, find_hidden
-from ..._host.processinfo import all_pids, read_cmdline
+from ..._host.processinfo import all_pids, read_cmdline, read_environ
 from ..._host.procfs import Mapping, NoSuchProcessError, all_mappings, has_dontfork, read_proc
 from .escape import printable
+from .facts import ENV_VARS, ucx_fork_settings
 from .inforce import InForce, from_mappings
 from .process import mapped_libraries
 
@@ -48,6 +49,8 @@ class ProcessEntry:
     libraries: dict[str, str]
     #: What rdmaspawn has in force there (its markers).
     in_force: InForce = InForce()
+    #: UCX's fork settings there (:func:`.facts.ucx_fork_settings`).
+    ucx: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def hazardous(self) -> bool:
@@ -87,7 +90,7 @@ class ProcessEntry:
             "verdict": self.verdict, "hazardous": self.hazardous,
             "overlaps": [f.to_dict() for f in self.findings],
             "rdmaspawn": {"engine": self.engine, **self.in_force.to_dict()},
-            "libraries": self.libraries,
+            "libraries": self.libraries, "ucx": self.ucx,
         }
 
     def to_text(self) -> str:
@@ -96,8 +99,11 @@ class ProcessEntry:
         command = printable(" ".join(self.command.split()))
         if len(command) > _COMMAND_WIDTH:
             command = command[:_COMMAND_WIDTH - 3] + "..."
-        return (f"pid {self.pid:<7} {verdict:<9} {command}\n"
+        text = (f"pid {self.pid:<7} {verdict:<9} {command}\n"
                 f"             DONTFORK over: {self.overlaps()}; {self.rdmaspawn_state()}")
+        if self.ucx.get("loaded"):
+            text += f"\n             UCX: {printable(self.ucx['note'])}"
+        return text
 
 
 @dataclasses.dataclass
@@ -235,5 +241,11 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
 
 
 def _entry(pid: int, findings: list[Finding], mappings: list[Mapping]) -> ProcessEntry:
-    return ProcessEntry(pid, _command(pid), findings, mapped_libraries(pid),
-                        from_mappings(mappings))
+    libraries = mapped_libraries(pid)
+    try:
+        env = read_environ(pid)
+        known = True
+    except OSError:
+        env, known = {}, False
+    ucx = ucx_fork_settings({k: env.get(k) for k in ENV_VARS}, libraries, known)
+    return ProcessEntry(pid, _command(pid), findings, libraries, from_mappings(mappings), ucx)
