@@ -22,6 +22,8 @@ import pytest
 SCAN = textwrap.dedent("""
     import contextlib, io, json, os, shutil, sys
     from rdmaspawn.tools.doctor.cli import main
+    with contextlib.redirect_stdout(io.StringIO()):  # what main() imports on first use
+        main(["--pid", str(os.getpid()), "--json"])
     os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
     out = {}
     for name, args in [("all", ["--all"]), ("json", ["--all", "--json"]),
