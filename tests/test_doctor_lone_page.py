@@ -73,6 +73,14 @@ try:  # preexec_fn: CPython's fork_exec forks on every version
     out["fork_exec"] = "forked"
 except ForkHazardError:
     out["fork_exec"] = "refused"
+import rdmaspawn
+rdmaspawn.unguard()
+rdmaspawn.patch()  # the engine's own refusal of a preexec_fn that needs fork
+try:
+    subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+    out["patched preexec_fn"] = "forked"
+except rdmaspawn.PreexecFnError:
+    out["patched preexec_fn"] = "refused"
 print(json.dumps(out))
 """
 
@@ -113,9 +121,11 @@ def test_marked_page_verdict(layout: str, kind: str, verdict: str) -> None:
 @pytest.mark.parametrize("layout, kind, verdict", CASES)
 def test_guard_gives_the_doctors_answer(layout: str, kind: str, verdict: str) -> None:
     """guard("raise") refuses os.fork() and a forking fork_exec exactly where the
-    doctor says HAZARD, and lets both fork (the child lives) where it says OK."""
+    doctor says HAZARD, and lets both fork (the child lives) where it says OK; so
+    does patch()'s fork_exec with a preexec_fn that needs fork (PreexecFnError)."""
     del kind
     res = subprocess.run([sys.executable, "-c", HOLDER, layout, "fork"],
                          stdout=subprocess.PIPE, text=True, timeout=120, check=True)
     expected = "refused" if verdict == "HAZARD" else "forked"
-    assert json.loads(res.stdout) == {"os.fork": expected, "fork_exec": expected}
+    assert json.loads(res.stdout) == {"os.fork": expected, "fork_exec": expected,
+                                      "patched preexec_fn": expected}

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .glibcheap import heap_header, thread_heap_base
-from .procfs import Mapping, Pid
+from .procfs import Mapping, Pid, dontfork_in, parse_smaps, read_smaps
 
-__all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards"]
+__all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards", "has_fork_hazard", "hazards_in"]
 
 #: "none" < "low" < "medium" < "high".
 RISK_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
@@ -55,6 +55,19 @@ def fork_hazards(ordered: Sequence[Mapping], pid: Pid = "self") -> list[Finding]
     """The DONTFORK mappings among the process's ``ordered`` that a fork() child trips on."""
     found = (classify(m, ordered, pid) for m in ordered if m.dontfork)
     return [f for f in found if f.risk != "none"]
+
+
+def hazards_in(smaps: bytes, pid: Pid = "self") -> list[Finding]:
+    """:func:`fork_hazards` of ``/proc/PID/smaps`` text already read; where nothing but
+    device memory is marked (the usual case) it parses nothing more."""
+    if not dontfork_in(smaps, devices=False):
+        return []
+    return fork_hazards(parse_smaps(smaps), pid)
+
+
+def has_fork_hazard(pid: Pid = "self") -> bool:
+    """Whether the process holds a mark a fork() child trips on (one read of smaps)."""
+    return bool(hazards_in(read_smaps(pid), pid))
 
 
 def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Finding:

@@ -115,9 +115,12 @@ def _check(what: str) -> None:
     mode = _mode
     if mode is None:
         return
-    from .._host.procfs import has_dontfork, read_smaps
-
     try:
+        # Imported here (not at every start under RDMASPAWN=on), so the import
+        # is part of the look: one that fails (no descriptor to read the
+        # module with) is a failed look too.
+        from .._host.procfs import has_dontfork, read_smaps
+
         if not has_dontfork():
             return
         maps = _hazards(read_smaps())
@@ -130,12 +133,9 @@ def _check(what: str) -> None:
 
 def _hazards(smaps: bytes) -> list[Mapping]:
     """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``)."""
-    from .._host.forkrisk import fork_hazards
-    from .._host.procfs import dontfork_in, parse_smaps
+    from .._host.forkrisk import hazards_in
 
-    if not dontfork_in(smaps, devices=False):
-        return []  # the usual case: parse nothing more
-    return [f.mapping for f in fork_hazards(parse_smaps(smaps))]
+    return [f.mapping for f in hazards_in(smaps)]
 
 
 def _after_fork(what: str, pid: int, left_out: int) -> None:
@@ -145,18 +145,20 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     the child's total_vm differ. Raising makes it kill the child unrun.
     """
     del pid  # the child: held_fork deals with it
-    from .._host.procfs import read_smaps
-    from . import devicememo
-
     mode = _mode
-    if mode is None or devicememo.explains(left_out):
+    if mode is None:
         return
     try:
+        from .._host.procfs import read_smaps
+        from . import devicememo
+
+        if devicememo.explains(left_out):
+            return
         data = read_smaps()
+        devicememo.learn(data)
+        maps = _hazards(data)
     except OSError:
-        return  # /proc unreadable: never block a fork on a failed look
-    devicememo.learn(data)
-    maps = _hazards(data)
+        return  # /proc (or a module) unreadable: never block a fork on a failed look
     if maps:
         # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller.
         _hazard(what, mode, maps, stacklevel=4)
