@@ -27,7 +27,8 @@ SCAN = textwrap.dedent("""
     os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
     out = {}
     for name, args in [("all", ["--all"]), ("json", ["--all", "--json"]),
-                       ("pid", ["--pid", sys.argv[1]])]:
+                       ("pid", ["--pid", sys.argv[1]]),
+                       ("pid_json", ["--pid", sys.argv[1], "--json"])]:
         buf, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
             rc = main(args)
@@ -73,6 +74,7 @@ def test_hidepid_2_counts_and_names_the_hidden(roots_process: int) -> None:
     assert out["pid"]["rc"] == 2
     assert f"pid {roots_process} is a live process" in out["pid"]["err"]
     assert "no process with pid" not in out["pid"]["err"]
+    assert json.loads(out["pid_json"]["out"])["rdmaspawn"] == {"protection": "unknown"}
 
 
 def test_hidepid_1_counts_them_as_not_readable(roots_process: int) -> None:
@@ -83,3 +85,4 @@ def test_hidepid_1_counts_them_as_not_readable(roots_process: int) -> None:
     assert summary["complete"] is False
     assert "Verdict covers only the processes read" in out["all"]["out"]
     assert out["pid"]["rc"] == 2 and "not allowed" in out["pid"]["err"]
+    assert json.loads(out["pid_json"]["out"])["rdmaspawn"] == {"protection": "unknown"}
