@@ -37,11 +37,13 @@ SCAN = textwrap.dedent("""
 """)
 
 
-def _run_hidden(option: str, pid: int) -> dict[str, Any]:
+def _run_hidden(option: str, pid: int, no_cgroups: bool = False) -> dict[str, Any]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) to mount a private /proc")
+    # no_cgroups: an empty tmpfs over /sys/fs/cgroup, so only /proc/loadavg can count
+    hide = "mount -t tmpfs none /sys/fs/cgroup && " if no_cgroups else ""
     script = (f"mount --make-rprivate / && mount -t proc -o hidepid={option} proc /proc && "
-              'exec "$0" -c "$1" "$2"')
+              f'{hide}exec "$0" -c "$1" "$2"')
     res = subprocess.run(["unshare", "-m", "sh", "-c", script, sys.executable, SCAN, str(pid)],
                          capture_output=True, text=True, timeout=120)
     if res.returncode != 0 and "mount" in res.stderr:
@@ -75,6 +77,17 @@ def test_hidepid_2_counts_and_names_the_hidden(roots_process: int) -> None:
     assert f"pid {roots_process} is a live process" in out["pid"]["err"]
     assert "no process with pid" not in out["pid"]["err"]
     assert json.loads(out["pid_json"]["out"])["rdmaspawn"] == {"protection": "unknown"}
+
+
+def test_hidepid_2_without_cgroups_counts_threads(roots_process: int) -> None:
+    """hidepid=2 where no cgroup can be read: the kernel's count of threads
+    (/proc/loadavg) against those of the processes seen says how many are hidden."""
+    out = _run_hidden("2", roots_process, no_cgroups=True)
+    summary = json.loads(out["json"]["out"].splitlines()[-1])
+    assert summary["hidden"] is None and summary["hidden_pids"] is None
+    assert summary["hidden_threads"] >= 1 and summary["complete"] is False
+    assert "threads of other processes could not be seen" in out["all"]["out"]
+    assert out["pid"]["rc"] == 2 and f"pid {roots_process} is a live process" in out["pid"]["err"]
 
 
 def test_hidepid_1_counts_them_as_not_readable(roots_process: int) -> None:

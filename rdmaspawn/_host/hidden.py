@@ -124,7 +124,8 @@ def find_hidden(seen: list[int]) -> Hidden:
     if option is None:
         return Hidden(None, None, None)  # nothing hidden; a count of threads would only race
     try:
-        kernel = int(read_proc("self", "loadavg").split()[3].split(b"/")[1])
+        with open("/proc/loadavg", "rb") as f:  # "0.55 0.71 0.39 2/112 15996": 112 threads
+            kernel = int(f.read().split()[3].split(b"/")[1])
     except (OSError, ValueError, IndexError):
         return Hidden(option, None, None)
     return Hidden(option, None, max(0, kernel - _threads_of(seen)))

@@ -140,8 +140,12 @@ class NodeScan:
     def complete(self) -> bool:
         """Whether every live process on the node was read."""
         h = self.hidden
-        return not self.denied and not (h is not None and (h.any or (h.hidepid and h.pids is None
-                                                                   and h.threads is None)))
+        if self.denied:
+            return False
+        if h is None or (h.hidepid is None and not h.pids):
+            return True
+        # Something hides processes: complete only where a count says none is hidden.
+        return not h.any and (h.pids is not None or h.threads is not None)
 
     @property
     def exit_code(self) -> int:
