@@ -18,7 +18,7 @@ import sys
 from typing import NamedTuple
 
 from .._host.rdmanetlink import rdma_netlink_copy_on_fork
-from .markers import REPAIRED
+from .markers import MEMFD, REPAIRED
 
 __all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
 
@@ -28,7 +28,7 @@ USE_MADVISE = "RDMAV_USE_MADVISE"
 
 #: What a process with the repair in force maps (csrc/forkrepair.c's memfd), so
 #: that the doctor can tell from outside.
-MARKER = "/memfd:" + REPAIRED
+MARKER = MEMFD + REPAIRED
 
 # The C core's module, loaded only where the repair starts or is asked about.
 _C = "rdmaspawn._rdmaspawn_cffi"

@@ -18,13 +18,13 @@ marker (memfd name)        mapped while
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple
+__all__ = ["GUARD_PREFIX", "MEMFD", "PATCHED", "REPAIRED", "set_guard", "set_patched"]
 
-__all__ = ["GUARD_PREFIX", "PATCHED", "REPAIRED", "Markers", "read_markers", "set_guard",
-           "set_patched"]
+# Loaded by guard() in every interpreter under RDMASPAWN=on: names and two
+# calls only; the doctor reads the markers (tools/doctor/inforce.py).
 
-_MEMFD = "/memfd:"
+#: How /proc/PID/maps names a memfd mapping: "/memfd:NAME (deleted)".
+MEMFD = "/memfd:"
 PATCHED = "rdmaspawn-patched"
 GUARD_PREFIX = "rdmaspawn-guard-"
 #: csrc/forkrepair.c maps it when the repair starts.
@@ -47,19 +47,3 @@ def set_patched(on: bool) -> None:
 def set_guard(action: str | None) -> None:
     """Map the marker for guard(action), in place of the one before; None: unmap it."""
     _set("RS_MARKER_GUARD", None if action is None else GUARD_PREFIX + action)
-
-
-class Markers(NamedTuple):
-    """What a process's markers say."""
-
-    patched: bool
-    #: ``"raise"``, ``"warn"`` or None.
-    guarded: str | None
-    repaired: bool
-
-
-def read_markers(paths: Iterable[str]) -> Markers:
-    """The markers among a process's mapped paths (``Mapping.path``)."""
-    names = {p[len(_MEMFD):].split(" ", 1)[0] for p in paths if p.startswith(_MEMFD)}
-    guard = sorted(n[len(GUARD_PREFIX):] for n in names if n.startswith(GUARD_PREFIX))
-    return Markers(PATCHED in names, guard[0] if guard else None, REPAIRED in names)

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..._host.procfs import Mapping
-from ..._native.markers import read_markers
+from ..._native.markers import GUARD_PREFIX, MEMFD, PATCHED, REPAIRED
 
 __all__ = ["PROTECTED", "NOT_PROTECTED", "UNKNOWN", "InForce", "from_mappings"]
 
@@ -84,5 +84,7 @@ class InForce:
 
 def from_mappings(mappings: Sequence[Mapping]) -> InForce:
     """What the markers among a process's mappings say."""
-    m = read_markers(x.path for x in mappings)
-    return InForce(m.patched, m.guarded, m.repaired, known=True)
+    names = {m.path[len(MEMFD):].split(" ", 1)[0] for m in mappings if m.path.startswith(MEMFD)}
+    guard = sorted(n[len(GUARD_PREFIX):] for n in names if n.startswith(GUARD_PREFIX))
+    return InForce(PATCHED in names, guard[0] if guard else None, REPAIRED in names,
+                   known=True)
