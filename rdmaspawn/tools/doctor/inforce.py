@@ -15,7 +15,7 @@ the fork repair               libibverbs' marks are kept out of every fork():
 
 Any of the first three makes a process "protected"; none, "not protected";
 a process whose mappings cannot be read is "unknown", never "protected".
-The markers are ``rdmaspawn._native.markers``'.
+The markers' names are ``rdmaspawn._native.markers``'.
 """
 
 from __future__ import annotations
