@@ -83,15 +83,21 @@ int rs_verbs_marks(void *verbs)
     long page = sysconf(_SC_PAGESIZE);
     if (!dontfork || !dofork || page <= 0)
         return -1;
-    void *p = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    /* The probe page sits between two inaccessible pages of its own: another
+     * thread that forks while it is marked (a guarded fork, the doctor) sees
+     * a buffer on pages of its own, which neither fork() nor a child that
+     * execs touches (the rule in rdmaspawn/_host/forkrisk.py), not a mark
+     * over memory next to malloc's. Alone, the kernel would merge it into a
+     * neighbouring anonymous mapping and split it off again at the mark. */
+    char *area = mmap(NULL, 3 * (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED)
         return -1;
+    char *p = area + page;
     int marked = -1;
-    if (dontfork(p, (size_t)page) == 0) {
+    if (mprotect(p, (size_t)page, PROT_READ | PROT_WRITE) == 0 && dontfork(p, (size_t)page) == 0) {
         marked = smaps_dc((uintptr_t)p);
         dofork(p, (size_t)page);
     }
-    munmap(p, (size_t)page);
+    munmap(area, 3 * (size_t)page);
     return marked;
 }

@@ -142,24 +142,12 @@ static void before_fork(void)
         look();
 }
 
-/* A page the doctor finds in /proc/PID/maps: the repair is in force there. */
-static void leave_marker(void)
-{
-    int fd = memfd_create("rdmaspawn-fork-repair", MFD_CLOEXEC);
-    long page = sysconf(_SC_PAGESIZE);
-    if (fd < 0)
-        return;
-    if (ftruncate(fd, page) == 0)
-        mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-}
-
 static void start(void)
 {
     start_rc = -pthread_atfork(before_fork, NULL, NULL);
     if (start_rc < 0)
         return;
-    leave_marker();
+    rs_marker_set(RS_MARKER_REPAIR, "rdmaspawn-fork-repair");  /* for the doctor */
     __atomic_store_n(&repairing, 1, __ATOMIC_RELEASE);
 }
 

@@ -270,6 +270,11 @@ void rs_repair_stats(struct rs_repair_stats *out);
  * file, tmpfs, hugetlbfs under any name, /dev/zero's, a deleted file). */
 int rs_driver_mapping(const char *path, int io_or_pfnmap);
 
+/* marker.c: map a page of a memfd called `name` in place of the slot's
+ * marker (NULL: none), for the doctor to see in /proc/PID/maps: 0 or -errno. */
+enum { RS_MARKER_PATCH = 0, RS_MARKER_GUARD = 1, RS_MARKER_REPAIR = 2, RS_MARKER_SLOTS = 3 };
+int rs_marker_set(int slot, const char *name);
+
 /* cdef-end */
 
 /* forkprobe.c: 1 if the libibverbs of this dlopen handle marks a range

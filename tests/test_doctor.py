@@ -288,22 +288,25 @@ def test_all_cli_text_and_json_lines() -> None:
         os.unlink(path)
     assert text.returncode == 1, text.stdout + text.stderr
     out = text.stdout
-    assert (f"pid {bad.pid:<7} HAZARD {sys.executable} -c " in out)
-    assert ("DONTFORK over: arena (high); rdmaspawn engine loaded (patch() state not visible "
-            "from outside)") in out.split(f"pid {bad.pid:<7}")[1].splitlines()[1]
-    assert "DONTFORK over: shm (low); rdmaspawn not loaded" in \
+    assert (f"pid {bad.pid:<7} HAZARD    {sys.executable} -c " in out)
+    assert ("DONTFORK over: arena (high); rdmaspawn engine loaded, not protected"
+            ) in out.split(f"pid {bad.pid:<7}")[1].splitlines()[1]
+    assert "DONTFORK over: shm (low); rdmaspawn not loaded, not protected" in \
         out.split(f"pid {shm.pid:<7}")[1].splitlines()[1]
     assert f"pid {clean.pid:<7}" not in out
-    assert out.splitlines()[-1].endswith("not readable by this user")
+    assert any(line.endswith("not readable by this user") for line in out.splitlines())
     assert lines.returncode == 1
     objs = [json.loads(line) for line in lines.stdout.splitlines()]
     assert len({o["host"] for o in objs}) == 1
     by_pid = {o.get("pid"): o for o in objs}
     assert by_pid[bad.pid]["hazardous"] is True
     assert "_rdmaspawn_cffi" in by_pid[bad.pid]["rdmaspawn"]["engine"]
-    assert by_pid[bad.pid]["rdmaspawn"]["patched"] is None
+    assert by_pid[bad.pid]["rdmaspawn"]["patched"] is False
+    assert by_pid[bad.pid]["verdict"] == "HAZARD"
     assert any(f["kind"] == "arena" for f in by_pid[bad.pid]["overlaps"])
-    assert by_pid[shm.pid]["rdmaspawn"] == {"engine": None, "patched": None}
+    assert by_pid[shm.pid]["rdmaspawn"] == {
+        "engine": None, "protection": "not protected", "protected_by": [], "patched": False,
+        "guarded": None, "repaired": False}
     assert clean.pid not in by_pid
     summary = objs[-1]
     assert summary["type"] == "summary" and summary["hazardous"] >= 2

@@ -16,19 +16,20 @@ import pytest
 from helpers.child import python_argv, run_json
 from helpers.report import last_json
 
-# `mark()` marks one page of its own anonymous mapping MADV_DONTFORK with a
-# real madvise(): a fork() child survives it (nothing touches that page), so
-# warn mode can let forks through.  `plant()` is the real arena hazard.
+# `mark()` marks the middle page of an anonymous mapping MADV_DONTFORK with a
+# real madvise(): the doctor's rule calls it a hazard (it borders other
+# anonymous memory, tests/test_doctor_lone_page.py), yet a fork() child
+# survives it (nothing touches that page), so warn mode can let forks through.
+# `plant()` is the real arena hazard.
 _PRELUDE = textwrap.dedent("""
-    import json, os, subprocess, sys, warnings
+    import ctypes, json, os, subprocess, sys, warnings
     import _posixsubprocess
     import rdmaspawn.tools.guard as G
     from helpers.libc import MADV_DONTFORK, PAGE, libc
     out = {}
     def mark():
         addr = libc.mmap(None, 3 * PAGE, 3, 0x22, -1, 0)
-        libc.mprotect(addr, PAGE, 0)
-        libc.mprotect(addr + 2 * PAGE, PAGE, 0)
+        ctypes.memset(addr, 1, 3 * PAGE)
         assert libc.madvise(addr + PAGE, PAGE, MADV_DONTFORK) == 0
         return addr + PAGE
     def attempt(name, fn):

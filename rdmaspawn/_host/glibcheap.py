@@ -1,14 +1,18 @@
-"""glibc's thread heaps: does an address lie in one (the doctor's classifier
-and the hazard planter ask; :mod:`procfs` gives the mappings)."""
+"""glibc's thread heaps: does an address lie in one, and is the header there
+glibc's (the fork-risk rule and the hazard planter ask; :mod:`procfs` gives
+the mappings)."""
 
 from __future__ import annotations
 
+import mmap
+import os
+import struct
 import sys
 from collections.abc import Sequence
 
-from .procfs import Mapping
+from .procfs import Mapping, Pid, proc_path
 
-__all__ = ["HEAP_MAX_SIZE", "thread_heap_base"]
+__all__ = ["HEAP_MAX_SIZE", "heap_header", "thread_heap_base"]
 
 
 #: glibc's HEAP_MAX_SIZE (malloc/arena.c: 2 * DEFAULT_MMAP_THRESHOLD_MAX, i.e.
@@ -39,3 +43,53 @@ def thread_heap_base(addr: int, mappings: Sequence[Mapping]) -> int | None:
             return None
         pos = m.end
     return base if pos >= end else None
+
+
+#: glibc's struct _heap_info (malloc/arena.c) starts with ar_ptr, prev, size
+#: and mprotect_size: two pointers and two size_t, in native layout.
+_HEAP_INFO = struct.Struct("@PPNN")
+
+
+def heap_header(base: int, mappings: Sequence[Mapping], pid: Pid = "self") -> bool | None:
+    """Whether a glibc ``heap_info`` really sits at ``base`` (a :func:`thread_heap_base`).
+
+    The layout alone cannot tell a thread heap from any other 64 MiB-aligned
+    anonymous block (a communication library's pool, say), so the header is
+    read from ``/proc/PID/mem`` and held to what glibc writes there:
+    ``ar_ptr`` set (right after the header for an arena's first heap, in
+    another heap for a later one), ``prev`` another aligned heap or none, and
+    ``size`` <= ``mprotect_size`` <= HEAP_MAX_SIZE, whole pages, with at least
+    ``size`` bytes readable and writable from ``base`` on.  None when the
+    memory cannot be read (reading another process's memory needs ptrace
+    access: the same user and a Yama scope that allows it, or root).
+    """
+    try:
+        fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, _HEAP_INFO.size, base)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) != _HEAP_INFO.size:
+        return None
+    ar_ptr, prev, size, protected = (int(v) for v in _HEAP_INFO.unpack(raw))
+    page = mmap.PAGESIZE
+    if not (0 < size <= protected <= HEAP_MAX_SIZE) or size % page or protected % page:
+        return False
+    if prev:
+        # A later heap of an arena: its malloc_state lives in the first heap.
+        if prev % HEAP_MAX_SIZE or prev == base or base <= ar_ptr < base + HEAP_MAX_SIZE:
+            return False
+    elif not base < ar_ptr < base + page:
+        return False  # the first heap: malloc_state right after the header
+    writable = 0
+    for m in mappings:
+        if m.end <= base or m.start >= base + size:
+            continue
+        if not m.perms.startswith("rw"):
+            break
+        writable = m.end - base
+    return writable >= size

@@ -18,12 +18,13 @@ import sys
 from typing import NamedTuple
 
 from .._startup.repairgate import USE_MADVISE, refusal
+from .markers import MEMFD, REPAIRED
 
 __all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
 
 #: What a process with the repair in force maps (csrc/forkrepair.c's memfd), so
 #: that the doctor can tell from outside.
-MARKER = "/memfd:rdmaspawn-fork-repair"
+MARKER = MEMFD + REPAIRED
 
 # The C core's module, loaded only where the repair starts or is asked about.
 _C = "rdmaspawn._rdmaspawn_cffi"

@@ -17,7 +17,6 @@ from typing import Any, Callable
 from .._child.model import Chain
 from .._child.pack import ChildSetupError
 from .._child.recognize import as_setup
-from .._host.procfs import has_dontfork
 from .._native import capi as _capi
 from .._native import engine as _engine
 from .._native import request as _request
@@ -112,10 +111,14 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         # the CLONE_VM child without fork (recognize's table).
         setup = as_setup(call.preexec_fn)
     if call.preexec_fn is not None and setup is None:
-        if has_dontfork():
+        # The doctor's and the guard's rule; imported here, where a preexec_fn
+        # needs fork, not at every interpreter's start under RDMASPAWN=on.
+        from .._host.forkrisk import has_fork_hazard
+
+        if has_fork_hazard():
             _refuse_preexec_fn(call.preexec_fn)
-        # No DONTFORK memory: fork() is safe, and only it can run Python
-        # code in the child. Behave exactly as CPython does.
+        # No DONTFORK memory a fork() child trips on: fork() is safe, and only
+        # it can run Python code in the child. Behave exactly as CPython does.
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]
 
     # Convert and check as fork_exec does, in its order: the ints as it

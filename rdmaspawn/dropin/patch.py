@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .._native import markers as _markers
 from .._startup import standin as _standin
 from . import cpython as _cpython
 from . import forkexec as _forkexec
@@ -73,6 +74,7 @@ def patch(start_method: str | None = None) -> None:
         if hasattr(os, "_spawnvef"):
             _swap(done, os, "_spawnvef", _spawnv.spawnvef)
         _applied = done
+        _markers.set_patched(True)  # for the doctor, from outside
 
 
 def unpatch() -> None:
@@ -89,6 +91,7 @@ def unpatch() -> None:
             # since (rdmaspawn.guard() does); else it stays there.
             _wrapping.splice_out(obj, name, new, old)
         _applied = None
+        _markers.set_patched(False)
 
 
 def is_patched() -> bool:

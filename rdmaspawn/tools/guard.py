@@ -10,8 +10,9 @@
   ``group``/``extra_groups`` are, or (3.10-3.13) when ``subprocess._USE_VFORK``
   is false; 3.14 has no such flag and ignores one set by hand.
 
-If the process holds ``MADV_DONTFORK`` memory (device mappings left out), it
-warns with :class:`ForkHazardWarning` (and forks) or raises
+If the process holds ``MADV_DONTFORK`` memory that a fork() child trips on
+(the doctor's rule, :func:`rdmaspawn._host.forkrisk.fork_hazards`: device
+memory and a buffer on pages of its own left out), it warns with :class:`ForkHazardWarning` (and forks) or raises
 :class:`ForkHazardError` (and no child is left). How it knows:
 
 - ``os.fork``/``os.forkpty``: the fork goes ahead with its child held before
@@ -117,15 +118,26 @@ def _check(what: str) -> None:
     if mode is None:
         return
     try:
-        from .._host.procfs import dontfork_mappings, has_dontfork
+        # Imported here (not at every start under RDMASPAWN=on), so the import
+        # is part of the look: one that fails (no descriptor to read the
+        # module with, no sys.meta_path at shutdown) is a failed look too.
+        from .._host.procfs import has_dontfork, read_smaps
 
         if not has_dontfork():
             return
-        maps = dontfork_mappings(devices=False)
+        maps = _hazards(read_smaps())
     except (OSError, ImportError):
         return  # /proc unreadable, or no import at shutdown: never block on a failed look
-    # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
-    _hazard(what, mode, maps, stacklevel=5)
+    if maps:
+        # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
+        _hazard(what, mode, maps, stacklevel=5)
+
+
+def _hazards(smaps: bytes) -> "list[Mapping]":
+    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``)."""
+    from .._host.forkrisk import hazards_in
+
+    return [f.mapping for f in hazards_in(smaps)]
 
 
 def _after_fork(what: str, pid: int, left_out: int) -> None:
@@ -135,20 +147,20 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     the child's total_vm differ. Raising makes it kill the child unrun.
     """
     del pid  # the child: held_fork deals with it
-    try:
-        from .._host.procfs import dontfork_in, read_smaps
-        from . import devicememo
-    except ImportError:
-        return  # at shutdown: let the child go, as after any failed look
     mode = _mode
-    if mode is None or devicememo.explains(left_out):
+    if mode is None:
         return
     try:
+        from .._host.procfs import read_smaps
+        from . import devicememo
+
+        if devicememo.explains(left_out):
+            return
         data = read_smaps()
-    except OSError:
-        return  # /proc unreadable: never block a fork on a failed look
-    devicememo.learn(data)
-    maps = dontfork_in(data, devices=False)
+        devicememo.learn(data)
+        maps = _hazards(data)
+    except (OSError, ImportError):
+        return  # /proc (or a module) unreadable, or no import at shutdown: never block a fork
     if maps:
         # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller.
         _hazard(what, mode, maps, stacklevel=4)
@@ -361,12 +373,24 @@ def guard_forks(action: str) -> None:
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
     with _lock:
         _install(_FORKS)
+        if _mode != action:
+            _marker(action)
         _mode = action
 
 
 def guard_exec() -> None:
     """The part of :func:`guard` for fork_exec: wrap its names now (imports subprocess)."""
     _guard_exec(None)
+
+
+def _marker(action: str | None) -> None:
+    """Say from outside that the guard is on (and how), or off: the doctor reads it."""
+    try:
+        from .._native import markers
+
+        markers.set_guard(action)
+    except (ImportError, OSError):  # no C core: no marker, the doctor says "not guarded"
+        pass
 
 
 def _guard_exec(_: "Any") -> None:
@@ -402,6 +426,8 @@ def unguard() -> None:
     from ..dropin import wrapping as _wrapping
 
     with _lock:
+        if _mode is not None:
+            _marker(None)
         _mode = None
         for key, mine in list(_installed.items()):
             module_name, attr = key

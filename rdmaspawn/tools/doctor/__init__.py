@@ -9,15 +9,16 @@ protection on, the kernel, the Python version and the paths its
 ``HAZARD`` with what to do.
 
 The rooms: :mod:`.facts` (versions and kernel facts, one constant each),
-:mod:`.protection` (what applies here, in words), :mod:`.classify` (what
-each mapping overlaps), :mod:`.process` (one process's facts),
+:mod:`.protection` (what applies here, in words), :mod:`.process` (one
+process's facts), :mod:`rdmaspawn._host.forkrisk` (what each mapping
+overlaps, and whether a fork() trips on it: the guard's rule too),
 :mod:`.report` and :mod:`.verdict` (the report and its verdict),
 :mod:`.scan` (``--all``), :mod:`.cli` (the command line).
 """
 
 from __future__ import annotations
 
-from .classify import Finding
+from ..._host.forkrisk import Finding
 from .cli import main
 from .process import doctor
 from .report import Report

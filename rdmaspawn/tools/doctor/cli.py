@@ -12,12 +12,14 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..._host.hidden import hidepid, is_hidden
 from ..._host.processinfo import CAP_SYS_PTRACE, has_capability
 from ..._host.procfs import NoSuchProcessError
+from .inforce import UNKNOWN
 from .process import doctor
 from .scan import scan_node
 
-__all__ = ["main", "not_allowed_message"]
+__all__ = ["hidden_message", "main", "not_allowed_message"]
 
 
 def not_allowed_message(pid: int) -> str:
@@ -33,6 +35,15 @@ def not_allowed_message(pid: int) -> str:
     return (f"{head}: refused even to root with CAP_SYS_PTRACE (a security module such as "
             "SELinux or AppArmor, or a process in another user namespace); run the doctor "
             "next to that process, in its container")
+
+
+def hidden_message(pid: int) -> str:
+    """A live process that /proc does not show this user: what that leaves unknown."""
+    option = hidepid()
+    how = f"/proc is mounted with hidepid={option}" if option else "/proc does not list it"
+    return (f"pid {pid} is a live process, but {how}: whether it holds MADV_DONTFORK memory, "
+            "and whether rdmaspawn protects it, is unknown (run as root, as its user, or "
+            "with /proc's gid= group)")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "rdmaspawn doctor") -> int:
@@ -60,17 +71,24 @@ def main(argv: Sequence[str] | None = None, prog: str = "rdmaspawn doctor") -> i
             raise ValueError(f"pid must be positive, not {args.pid}")
         report = doctor(args.pid)
     except NoSuchProcessError:
+        if args.pid is not None and is_hidden(args.pid):
+            return _fail(hidden_message(args.pid), args.json, live=True)
         return _fail(f"no process with pid {args.pid}", args.json)
     except PermissionError:
-        return _fail(not_allowed_message(args.pid), args.json)
+        return _fail(not_allowed_message(args.pid), args.json, live=True)
     except (OSError, ValueError) as e:
         return _fail(str(e), args.json)
     sys.stdout.write(report.to_json() + "\n" if args.json else report.to_text())
     return report.exit_code
 
 
-def _fail(message: str, as_json: bool) -> int:
+def _fail(message: str, as_json: bool, live: bool = False) -> int:
+    """Exit 2 with ``message``; ``live``: a process that is there but cannot be read,
+    whose protection is then "unknown" (never "protected")."""
     if as_json:
-        sys.stdout.write(json.dumps({"error": message}) + "\n")
+        out: dict[str, object] = {"error": message}
+        if live:
+            out["rdmaspawn"] = {"protection": UNKNOWN}
+        sys.stdout.write(json.dumps(out) + "\n")
     sys.stderr.write(f"rdmaspawn doctor: {message}\n")
     return 2

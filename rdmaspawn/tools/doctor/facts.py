@@ -23,6 +23,7 @@ __all__ = [
     "kernel_version",
     "rdma_core_version",
     "rdma_netlink_copy_on_fork",
+    "ucx_fork_settings",
 ]
 
 #: First Linux release that reports over RDMA netlink that it copies
@@ -58,6 +59,8 @@ RDMA_LIBS = (
     ("libibverbs.so", "libibverbs"),
     ("libfabric.so", "libfabric"),
     ("libuct_ib", "UCX (uct_ib)"),
+    ("libucs.so", "UCX (ucs)"),
+    ("libuct.so", "UCX (uct)"),
     ("libnccl", "NCCL"),
     ("libefa", "EFA verbs provider"),
     ("libmlx5", "mlx5 verbs provider"),
@@ -90,11 +93,69 @@ ENV_VARS: dict[str, str] = {
         "UCX IB transports: 'try' (default) calls ibv_fork_init() and carries on if it "
         "fails, 'yes' calls it and fails without it, 'no' never calls it"
     ),
+    "UCX_IB_RCACHE_PURGE_ON_FORK": (
+        "UCX IB registration cache: 'y' (the default, else UCX_RCACHE_PURGE_ON_FORK's "
+        "value) deregisters the cached user buffers in an at-fork handler, which un-marks "
+        "them (MADV_DOFORK) before every fork(); UCX's own pools stay registered and marked"
+    ),
+    "UCX_RCACHE_PURGE_ON_FORK": (
+        "UCX, every registration cache: the default of UCX_IB_RCACHE_PURGE_ON_FORK; 'n' keeps "
+        "cached user buffers marked across fork()"
+    ),
     "RDMAV_USE_MADVISE": (
         "set: libibverbs (rdma-core 51+) marks registrations MADV_DONTFORK even where the "
         "kernel copies pinned pages at fork, and rdmaspawn's fork repair stays off"
     ),
 }
+
+
+#: UCX's names for "yes" and "no" in a boolean setting (ucs_config_sscanf_bool).
+_UCX_YES = ("y", "yes", "on", "1")
+_UCX_NO = ("n", "no", "off", "0")
+
+
+def ucx_fork_settings(env: dict[str, str | None], libraries: dict[str, str],
+                      known: bool = True) -> dict[str, object]:
+    """What UCX does at fork() in a process: its settings (``env``, the variables of
+    :data:`ENV_VARS`) and whether it is loaded (``libraries``: the doctor's names).
+
+    Defaults are UCX 1.13's (``ucx_info -c -f``): ``UCX_IB_FORK_INIT=try``,
+    ``UCX_IB_RCACHE_PURGE_ON_FORK=y``, inheriting ``UCX_RCACHE_PURGE_ON_FORK``.
+    ``known`` is false where the environment could not be read.
+    """
+    loaded = any(name.startswith("UCX") for name in libraries)
+    fork_init = env.get("UCX_IB_FORK_INIT")
+    purge_var = next((k for k in ("UCX_IB_RCACHE_PURGE_ON_FORK", "UCX_RCACHE_PURGE_ON_FORK")
+                      if env.get(k) is not None), None)
+    purge_value = (env.get(purge_var) or "") if purge_var else "y"
+    purge: bool | None = (True if purge_value.lower() in _UCX_YES
+                          else False if purge_value.lower() in _UCX_NO else None)
+    if not known:
+        purge = None
+    marks = fork_init is None or fork_init.lower() != "no"
+    if not loaded:
+        note = "UCX is not loaded"
+    elif not known:
+        note = ("UCX is loaded; its fork settings cannot be read (environment unreadable): "
+                "whether it un-marks its cached buffers at fork() is unknown")
+    elif not marks:
+        note = ("UCX_IB_FORK_INIT=no: UCX does not call ibv_fork_init(), so it marks nothing "
+                "unless fork protection is on by other means (RDMAV_FORK_SAFE, NCCL)")
+    elif purge:
+        note = ("UCX purges its registration cache at every fork() (UCX_IB_RCACHE_PURGE_ON_FORK"
+                f"={'y, the default' if purge_var is None else purge_value}): its at-fork "
+                "handler deregisters the cached user buffers, un-marking them (MADV_DOFORK), "
+                "so those marks do not reach a fork() child; UCX's own pools stay marked, so "
+                "marked memory listed here may still be UCX's and still a hazard")
+    elif purge is False:
+        note = (f"{purge_var}={purge_value}: UCX keeps its cached user buffers registered and "
+                "marked across fork(): a fork() child lacks them, and one that borders "
+                "malloc's memory crashes the child")
+    else:
+        note = f"{purge_var}={purge_value!r} is not a value UCX accepts (y or n)"
+    return {"loaded": loaded, "fork_init": fork_init or "try (default)",
+            "marks": loaded and marks, "purge_on_fork": purge,
+            "purge_setting": purge_var or "default", "note": note}
 
 
 def kernel_version(release: str | None = None) -> tuple[int, int] | None:

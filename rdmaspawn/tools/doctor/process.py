@@ -8,13 +8,13 @@ import re
 import sys
 from typing import Any
 
+from ..._host.forkrisk import classify
 from ..._host.processinfo import exe_path, read_environ
 from ..._host.procfs import Mapping, Pid, all_mappings, library_paths, max_map_count
 from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ..._native.forkrepair import USE_MADVISE
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
-from .classify import classify
 from .facts import (
     ENGINE_MODULE,
     ENV_VARS,
@@ -22,7 +22,9 @@ from .facts import (
     kernel_copies_pinned_pages,
     rdma_core_version,
     rdma_netlink_copy_on_fork,
+    ucx_fork_settings,
 )
+from .inforce import InForce, from_mappings
 from .protection import VerbsFacts, judge_protection
 from .report import Report
 from .verdict import judge
@@ -134,9 +136,10 @@ def doctor(pid: int | None = None) -> Report:
     target: Pid = "self" if is_self or pid is None else pid
     real_pid = os.getpid() if is_self or pid is None else pid
     mappings = all_mappings(target)
-    findings = [classify(m, mappings) for m in mappings if m.dontfork]
+    findings = [classify(m, mappings, target) for m in mappings if m.dontfork]
     libs = mapped_libraries(target)
     env, env_source = _environ_of(real_pid, is_self)
+    ucx = ucx_fork_settings(env, libs, known=not env_source.startswith("unreadable"))
     notes: list[str] = []
     if mappings and not any(m.vmflags for m in mappings):
         notes.append("this kernel does not show VmFlags in smaps (Linux < 3.8): "
@@ -170,12 +173,16 @@ def doctor(pid: int | None = None) -> Report:
             default, preexec = _subprocess_paths((int(m.group(1)), int(m.group(2))))
         else:
             default = preexec = "unknown (not a recognisable Python executable)"
-        patched = guarded = mp_method = mp_default = fork_status = clone_path = None
+        in_force = from_mappings(mappings)
+        patched, guarded = in_force.patched, in_force.guarded
+        mp_method = mp_default = fork_status = clone_path = None
         clone_note = "only the process itself can ask its engine"
         fork_note = _outside_fork_note(loaded_verbs, env, findings)
 
     cof, netlink_note = rdma_netlink_copy_on_fork()
     repair, repair_note = _fork_repair(mappings, env, cof)
+    if is_self:
+        in_force = InForce(patched, guarded, repair == "repaired", known=True)
     verbs = VerbsFacts(
         kernel=platform.release(),
         kernel_copies=kernel_copies_pinned_pages(),
@@ -198,6 +205,7 @@ def doctor(pid: int | None = None) -> Report:
         engine_loaded="rdmaspawn engine" in libs, patched=patched, guarded=guarded,
         mp_start_method=mp_method, mp_default_start_method=mp_default,
         clone_path=clone_path, clone_path_note=clone_note, notes=notes,
+        in_force=in_force, ucx=ucx,
     )
     judge(report)
     return report

@@ -6,9 +6,10 @@ import dataclasses
 import json
 from typing import Any
 
-from .classify import Finding
+from ..._host.forkrisk import Finding
 from .escape import printable
 from .facts import ENV_VARS
+from .inforce import InForce
 from .protection import Protection
 
 __all__ = ["Report"]
@@ -57,6 +58,10 @@ class Report:
     clone_path: str | None
     clone_path_note: str
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: What rdmaspawn has in force there (the process's markers, or its own state).
+    in_force: InForce = InForce()
+    #: UCX's fork settings and what they do (:func:`.facts.ucx_fork_settings`).
+    ucx: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +74,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["findings"] = [f.to_dict() for f in self.findings]
+        d.pop("in_force")
+        d["rdmaspawn"] = self.in_force.to_dict()
         d["environment"] = {
             k: {"value": v, "meaning": ENV_VARS[k]} for k, v in self.environment.items()
         }
@@ -82,7 +89,10 @@ class Report:
         out = [f"rdmaspawn doctor: {who} (pid {self.pid})", ""]
         out += self._mappings_text() + [""] + self._verbs_text() + self._python_text()
         out += [f"Note: {note}" for note in self.notes]
-        out += ["", f"Verdict: {self.verdict}"] + [f"  - {p}" for p in self.problems]
+        verdict = self.verdict
+        if self.verdict == "HAZARD" and self.in_force.by:
+            verdict += f" (rdmaspawn: {self.in_force.text()})"
+        out += ["", f"Verdict: {verdict}"] + [f"  - {p}" for p in self.problems]
         if self.advice:
             out += ["What to do:"] + [f"  - {a}" for a in self.advice]
         # Paths, libraries and the environment are the inspected process's:
@@ -116,6 +126,8 @@ class Report:
         out.append(f"Fork protection: {self.fork_protection.text}")
         out.append(f"Kernel: {self.kernel}; {self.rdma_netlink}")
         out.append(f"Fork repair: {self.fork_repair} -- {self.fork_repair_note}")
+        if self.ucx.get("loaded"):
+            out.append(f"UCX: {self.ucx['note']}")
         out.append(f"Environment ({self.environment_source}):")
         for name, value in self.environment.items():
             if value is None:
@@ -128,6 +140,7 @@ class Report:
         out = [f"Python: {self.python}",
                f"  subprocess, default arguments: {self.subprocess_default}",
                f"  subprocess with preexec_fn/user/group/extra_groups: {self.subprocess_preexec}"]
+        out.append(f"  rdmaspawn: {self.in_force.text()}")
         if self.is_self:
             out.append(f"  rdmaspawn.patch() in force: {'yes' if self.patched else 'no'}")
             out.append(f"  rdmaspawn.guard(): {self.guarded or 'off'}")
@@ -137,6 +150,5 @@ class Report:
                        f"(default {self.mp_default_start_method})")
         else:
             engine = "loaded" if self.engine_loaded else "not loaded"
-            out.append(f"  rdmaspawn's engine: {engine} (whether patch() is in force cannot "
-                       "be seen from outside)")
+            out.append(f"  rdmaspawn's engine: {engine}")
         return out

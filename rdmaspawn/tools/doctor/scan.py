@@ -2,15 +2,18 @@
 
 One entry for each process that holds MADV_DONTFORK memory: its command,
 what the marked memory overlaps (the doctor's classification), and whether
-rdmaspawn is in force there.  From outside a process one can see whether
-rdmaspawn's engine module (``_rdmaspawn_cffi*.so``) is mapped, i.e. whether
-the process imported rdmaspawn's engine; whether ``rdmaspawn.patch()`` is in
-force lives in the process's Python objects and cannot be read from /proc,
-so it is reported only for the doctor's own process.
+rdmaspawn protects it, read from the markers it maps while patched, guarded
+or repaired (:mod:`.inforce`).  Its verdict: ``HAZARD`` (marked memory a
+fork() trips on, nothing of rdmaspawn's in force), ``PROTECTED`` (the same,
+but patched, guarded with "raise" or repaired) or ``ok``.
 
 Processes that exit during the scan, or that the caller may not read, are
-counted, not fatal.  The JSON form is one object per line, each with the
-host name, so that srun/pdsh over a cluster collects one report.
+counted, not fatal; whether rdmaspawn protects those is unknown.  Processes
+that /proc hides from the caller (``hidepid=``) are counted too, from the
+kernel's other lists (:mod:`rdmaspawn._host.hidden`): the scan then covers
+fewer processes than the node runs, and says so.  The JSON form is one object
+per line, each with the host name, so that srun/pdsh over a cluster collects
+one report.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from ..._host.processinfo import all_pids, read_cmdline
-from ..._host.procfs import NoSuchProcessError, all_mappings, has_dontfork, read_proc
-from .classify import Finding, classify
+from ..._host.forkrisk import Finding, classify
+from ..._host.hidden import Hidden, find_hidden
+from ..._host.processinfo import all_pids, read_cmdline, read_environ
+from ..._host.procfs import Mapping, NoSuchProcessError, all_mappings, has_dontfork, read_proc
 from .escape import printable
+from .facts import ENV_VARS, ucx_fork_settings
+from .inforce import InForce, from_mappings
 from .process import mapped_libraries
 
 __all__ = ["NodeScan", "ProcessEntry", "scan_node"]
@@ -41,12 +47,26 @@ class ProcessEntry:
     command: str
     findings: list[Finding]
     libraries: dict[str, str]
-    #: rdmaspawn.patch() state: known for the doctor's own process only.
-    patched: bool | None = None
+    #: What rdmaspawn has in force there (its markers).
+    in_force: InForce = InForce()
+    #: UCX's fork settings there (:func:`.facts.ucx_fork_settings`).
+    ucx: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def hazardous(self) -> bool:
+        """Marked memory a fork() child trips on (whether or not rdmaspawn protects it)."""
         return any(f.risk != "none" for f in self.findings)
+
+    @property
+    def verdict(self) -> str:
+        """``"HAZARD"``, ``"PROTECTED"`` (hazardous, rdmaspawn in force) or ``"ok"``."""
+        if not self.hazardous:
+            return "ok"
+        return "PROTECTED" if self.in_force.by else "HAZARD"
+
+    @property
+    def patched(self) -> bool | None:
+        return self.in_force.patched
 
     @property
     def engine(self) -> str | None:
@@ -61,28 +81,29 @@ class ProcessEntry:
         return ", ".join(f"{kind} ({risk})" for kind, risk in seen.items())
 
     def rdmaspawn_state(self) -> str:
-        if self.engine is None:
-            return "rdmaspawn not loaded"
-        if self.patched is None:
-            return "rdmaspawn engine loaded (patch() state not visible from outside)"
-        return "rdmaspawn engine loaded, patch() " + ("in force" if self.patched else "not in force")
+        loaded = "rdmaspawn not loaded" if self.engine is None else "rdmaspawn engine loaded"
+        return f"{loaded}, {self.in_force.text()}"
 
     def to_dict(self, host: str) -> dict[str, Any]:
         return {
             "type": "process", "host": host, "pid": self.pid, "command": self.command,
-            "hazardous": self.hazardous, "overlaps": [f.to_dict() for f in self.findings],
-            "rdmaspawn": {"engine": self.engine, "patched": self.patched},
-            "libraries": self.libraries,
+            "verdict": self.verdict, "hazardous": self.hazardous,
+            "overlaps": [f.to_dict() for f in self.findings],
+            "rdmaspawn": {"engine": self.engine, **self.in_force.to_dict()},
+            "libraries": self.libraries, "ucx": self.ucx,
         }
 
     def to_text(self) -> str:
-        verdict = "HAZARD" if self.hazardous else "ok"
+        verdict = self.verdict
         # One line, even for `python -c` code; the owner's control codes escaped.
         command = printable(" ".join(self.command.split()))
         if len(command) > _COMMAND_WIDTH:
             command = command[:_COMMAND_WIDTH - 3] + "..."
-        return (f"pid {self.pid:<7} {verdict:<6} {command}\n"
+        text = (f"pid {self.pid:<7} {verdict:<9} {command}\n"
                 f"             DONTFORK over: {self.overlaps()}; {self.rdmaspawn_state()}")
+        if self.ucx.get("loaded"):
+            text += f"\n             UCX: {printable(self.ucx['note'])}"
+        return text
 
 
 @dataclasses.dataclass
@@ -97,21 +118,52 @@ class NodeScan:
     vanished: list[int]
     #: Pids the caller may not read (another user's, not dumpable, no CAP_SYS_PTRACE).
     denied: list[int]
+    #: What /proc did not list at all (``hidepid=``); None when not asked (a given pid list).
+    hidden: Hidden | None = None
 
     @property
     def hazardous(self) -> list[ProcessEntry]:
-        return [e for e in self.entries if e.hazardous]
+        """The entries whose verdict is HAZARD (rdmaspawn not in force there)."""
+        return [e for e in self.entries if e.verdict == "HAZARD"]
+
+    @property
+    def protected(self) -> list[ProcessEntry]:
+        return [e for e in self.entries if e.verdict == "PROTECTED"]
+
+    @property
+    def unknown(self) -> int:
+        """Processes whose memory, and whether rdmaspawn protects them, are unknown."""
+        h = self.hidden
+        return len(self.denied) + (len(h.pids) if h and h.pids else 0)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every live process on the node was read."""
+        h = self.hidden
+        if self.denied:
+            return False
+        if h is None or (h.hidepid is None and not h.pids):
+            return True
+        # Something hides processes: complete only where a count says none is hidden.
+        return not h.any and (h.pids is not None or h.threads is not None)
 
     @property
     def exit_code(self) -> int:
         return 1 if self.hazardous else 0
 
     def summary(self) -> dict[str, Any]:
+        h = self.hidden
         return {
             "type": "summary", "host": self.host, "scanned": self.scanned,
             "dontfork": len(self.entries), "hazardous": len(self.hazardous),
+            "protected": len(self.protected),
             "vanished": len(self.vanished), "denied": len(self.denied),
             "denied_pids": self.denied,
+            "hidepid": h.hidepid if h else None,
+            "hidden": None if h is None or h.pids is None else len(h.pids),
+            "hidden_pids": h.pids if h else None,
+            "hidden_threads": h.threads if h else None,
+            "unknown": self.unknown, "complete": self.complete,
         }
 
     def to_json_lines(self) -> str:
@@ -120,14 +172,40 @@ class NodeScan:
 
     def to_text(self) -> str:
         out = [f"rdmaspawn doctor --all on {self.host}:"]
-        out += [e.to_text() for e in self.entries] or ["no process holds MADV_DONTFORK memory"]
+        which = "no process" if self.complete else "no process read"
+        out += [e.to_text() for e in self.entries] or [f"{which} holds MADV_DONTFORK memory"]
         s = (f"{self.scanned} processes read: {len(self.entries)} hold MADV_DONTFORK memory, "
-             f"{len(self.hazardous)} hazardous; {len(self.vanished)} exited during the scan; "
+             f"{len(self.hazardous)} hazardous, {len(self.protected)} protected by rdmaspawn; "
+             f"{len(self.vanished)} exited during the scan; "
              f"{len(self.denied)} not readable by this user")
         out.append(s)
-        if self.denied and os.geteuid() != 0:
+        out += self._unseen_text()
+        if (self.denied or not self.complete) and os.geteuid() != 0:
             out.append("(run as root to read every process)")
         return "\n".join(out) + "\n"
+
+    def _unseen_text(self) -> list[str]:
+        h = self.hidden
+        out = []
+        if h is not None and h.hidepid is not None:
+            if h.pids:
+                shown = ", ".join(map(str, h.pids[:10])) + (", ..." if len(h.pids) > 10 else "")
+                what = f"{len(h.pids)} processes ({shown})"
+            elif h.pids is None and h.threads:
+                what = f"about {h.threads} threads of other processes"
+            elif h.pids is None:
+                what = "other users' processes, how many cannot be told"
+            else:
+                what = ""
+            if what:
+                out.append(f"hidden: /proc is mounted with hidepid={h.hidepid}, so {what} "
+                           "could not be seen at all")
+        elif h is not None and h.pids:
+            out.append(f"hidden: {len(h.pids)} live processes that /proc does not list")
+        if not self.complete:
+            out.append("Verdict covers only the processes read: whether the others hold "
+                       "MADV_DONTFORK memory, and whether rdmaspawn protects them, is unknown")
+        return out
 
 
 def _command(pid: int) -> str:
@@ -147,14 +225,14 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
     vanished: list[int] = []
     denied: list[int] = []
     scanned = 0
-    me = os.getpid()
-    for pid in all_pids() if pids is None else pids:
+    listed = all_pids() if pids is None else None
+    for pid in listed if listed is not None else pids or ():
         try:
             if has_dontfork(pid, devices=True):
                 mappings = all_mappings(pid)
-                findings = [classify(m, mappings) for m in mappings if m.dontfork]
+                findings = [classify(m, mappings, pid) for m in mappings if m.dontfork]
                 if findings:  # it may have dropped them in between
-                    entries.append(_entry(pid, findings, me))
+                    entries.append(_entry(pid, findings, mappings))
         except NoSuchProcessError:
             vanished.append(pid)
             continue
@@ -162,13 +240,16 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
             denied.append(pid)
             continue
         scanned += 1
-    return NodeScan(socket.gethostname(), entries, scanned, vanished, denied)
+    hidden = None if listed is None else find_hidden(listed)
+    return NodeScan(socket.gethostname(), entries, scanned, vanished, denied, hidden)
 
 
-def _entry(pid: int, findings: list[Finding], me: int) -> ProcessEntry:
-    patched = None
-    if pid == me:
-        from rdmaspawn.dropin.patch import is_patched
-
-        patched = bool(is_patched())
-    return ProcessEntry(pid, _command(pid), findings, mapped_libraries(pid), patched)
+def _entry(pid: int, findings: list[Finding], mappings: list[Mapping]) -> ProcessEntry:
+    libraries = mapped_libraries(pid)
+    try:
+        env = read_environ(pid)
+        known = True
+    except OSError:
+        env, known = {}, False
+    ucx = ucx_fork_settings({k: env.get(k) for k in ENV_VARS}, libraries, known)
+    return ProcessEntry(pid, _command(pid), findings, libraries, from_mappings(mappings), ucx)

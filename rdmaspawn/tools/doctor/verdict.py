@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .classify import RISK_ORDER
+from ..._host.forkrisk import RISK_ORDER
 from .report import Report
 
 __all__ = ["judge"]
@@ -27,6 +27,10 @@ def judge(r: Report) -> None:
                        "first (driver memory excepted); fork() children get every page")
         return
     r.verdict = "HAZARD"
+    if r.ucx.get("loaded"):
+        r.notes.append(r.ucx["note"])
+    if r.in_force.by:
+        r.notes.append(f"rdmaspawn in this process: {r.in_force.text()}")
     worst = max(risky, key=lambda f: RISK_ORDER[f.risk])
     kinds = ", ".join(sorted({f.kind for f in risky}))
     r.problems.append(
@@ -43,7 +47,7 @@ def judge(r: Report) -> None:
                  "os.fork() and multiprocessing's fork work again")
     elif r.fork_repair.startswith("not repairable"):
         r.notes.append(f"marked, {r.fork_repair}: {r.fork_repair_note}")
-    if r.is_self and r.patched:
+    if r.patched:
         a.append("rdmaspawn.patch() is in force: subprocess calls without preexec_fn start "
                  "children with CLONE_VM|CLONE_VFORK and are safe")
     else:
@@ -61,7 +65,7 @@ def judge(r: Report) -> None:
                  "(multiprocessing.set_start_method('spawn') or get_context('spawn')) "
                  "instead of 'fork'; set it before any RDMA memory is registered")
     a.append("do not call os.fork(), os.forkpty() or pty.fork()")
-    if not (r.is_self and r.guarded == "raise"):
+    if r.guarded != "raise":
         a.append("rdmaspawn.guard('raise') turns any remaining fork() into a clear "
                  "ForkHazardError instead of a crashed child")
     if r.fork_protection.marks and r.verbs_library:

@@ -1,4 +1,12 @@
-"""What backs each MADV_DONTFORK mapping, and how badly a fork() child would trip on it."""
+"""What backs each MADV_DONTFORK mapping, and how badly a fork() child would trip on it.
+
+The one rule for "does this mark hurt a fork()": the doctor reports every
+:class:`Finding`, and ``rdmaspawn.guard()`` refuses (or warns about) a fork
+exactly where :func:`fork_hazards` finds one, so the two never disagree.
+Device memory (the driver's own mark) and a buffer on pages of its own
+(nothing else lives there: fork() and a child that execs never touch it) are
+risk ``"none"``; everything else is a hazard.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..._host.glibcheap import thread_heap_base
-from ..._host.procfs import Mapping
+from .glibcheap import heap_header, thread_heap_base
+from .procfs import Mapping, Pid, dontfork_in, parse_maps, read_smaps
 
-__all__ = ["RISK_ORDER", "Finding", "classify"]
+__all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards", "has_fork_hazard", "hazards_in"]
 
 #: "none" < "low" < "medium" < "high".
 RISK_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
@@ -43,8 +51,32 @@ class Finding:
         }
 
 
-def classify(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
-    """The :class:`Finding` for DONTFORK mapping ``m`` among all the process's ``ordered``."""
+def fork_hazards(ordered: Sequence[Mapping], pid: Pid = "self") -> list[Finding]:
+    """The DONTFORK mappings among the process's ``ordered`` that a fork() child trips on."""
+    found = (classify(m, ordered, pid) for m in ordered if m.dontfork)
+    return [f for f in found if f.risk != "none"]
+
+
+def hazards_in(smaps: bytes, pid: Pid = "self") -> list[Finding]:
+    """:func:`fork_hazards` of ``/proc/PID/smaps`` text already read; where nothing but
+    device memory is marked (the usual case) it parses nothing more."""
+    marked = {m.start: m for m in dontfork_in(smaps, devices=False)}
+    if not marked:
+        return []
+    # The rest only as far as the rule looks (addresses, permissions, files):
+    # an smaps entry starts with its maps line, and reading those alone costs
+    # a third of parsing every entry (the guard pays it at a fork).
+    ordered = [marked.get(m.start, m) for m in parse_maps(smaps)]
+    return fork_hazards(ordered, pid)
+
+
+def has_fork_hazard(pid: Pid = "self") -> bool:
+    """Whether the process holds a mark a fork() child trips on (one read of smaps)."""
+    return bool(hazards_in(read_smaps(pid), pid))
+
+
+def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Finding:
+    """The :class:`Finding` for DONTFORK mapping ``m`` among all the process ``pid``'s ``ordered``."""
     path = m.path
     if m.device:
         return Finding(m, "device", "none",
@@ -58,7 +90,15 @@ def classify(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
         return Finding(m, "stack", "high",
                        "the main thread's stack: a fork() child crashes at once")
     base = thread_heap_base(m.start, ordered) if m.anonymous else None
-    if base is not None:
+    header = None if base is None else heap_header(base, ordered, pid)
+    if base is not None and header is not False:
+        if header is None:
+            # Laid out as a heap, but its header cannot be read: not called safe.
+            return Finding(m, "arena", "high",
+                           f"in a 64 MiB-aligned anonymous block laid out as a glibc thread "
+                           f"heap (at 0x{base:x}; its header could not be read to confirm): "
+                           "if it is one, glibc's fork handler and every malloc/free in the "
+                           "child touch it")
         where = "its heap_info header and malloc_state" if m.start == base else "its chunks"
         return Finding(m, "arena", "high",
                        f"inside a glibc thread malloc arena (heap at 0x{base:x}, {where}): "

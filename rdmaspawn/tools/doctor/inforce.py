@@ -1,0 +1,90 @@
+"""Whether rdmaspawn protects a process, from what it maps (its markers) or, for the
+doctor's own process, from its Python state.
+
+============================  ==============================================
+in force                      what it does for a fork()
+============================  ==============================================
+the fork repair               libibverbs' marks are kept out of every fork():
+                              fork() children get every page
+``patch()``                   subprocess (and what is built on it) starts
+                              children without fork()
+``guard("raise")``            a fork() that would lack pages raises
+                              ForkHazardError instead of crashing the child
+``guard("warn")``             only warns: the fork happens (not protection)
+============================  ==============================================
+
+Any of the first three makes a process "protected"; none, "not protected";
+a process whose mappings cannot be read is "unknown", never "protected".
+The markers' names are ``rdmaspawn._native.markers``'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ..._host.procfs import Mapping
+from ..._native.markers import GUARD_PREFIX, MEMFD, PATCHED, REPAIRED
+
+__all__ = ["PROTECTED", "NOT_PROTECTED", "UNKNOWN", "InForce", "from_mappings"]
+
+PROTECTED = "protected"
+NOT_PROTECTED = "not protected"
+UNKNOWN = "unknown"
+
+
+@dataclasses.dataclass(frozen=True)
+class InForce:
+    """What rdmaspawn has in force in a process; all None: not known."""
+
+    patched: bool | None = None
+    #: "raise", "warn", or None (off, or not known: see ``known``).
+    guarded: str | None = None
+    repaired: bool | None = None
+    known: bool = False
+
+    @property
+    def protection(self) -> str:
+        if not self.known:
+            return UNKNOWN
+        return PROTECTED if self.by else NOT_PROTECTED
+
+    @property
+    def by(self) -> list[str]:
+        """What protects it: ``"repair"``, ``"patch"``, ``"guard"`` (raise only)."""
+        out = ["repair"] if self.repaired else []
+        out += ["patch"] if self.patched else []
+        return out + (["guard"] if self.guarded == "raise" else [])
+
+    def uncovered(self) -> str | None:
+        """What still crashes where it is protected only in part; None: nothing."""
+        if not self.known or self.repaired or self.guarded == "raise":
+            return None
+        if self.patched:
+            return ("os.fork(), os.forkpty() and multiprocessing's 'fork' still fork "
+                    "unchecked (patch() covers subprocess)")
+        return None
+
+    def text(self) -> str:
+        if not self.known:
+            return "unknown (its mappings cannot be read)"
+        said = {"repair": "the fork repair", "patch": "patch()", "guard": "guard('raise')"}
+        parts = [said[b] for b in self.by]
+        if self.guarded == "warn":
+            parts.append("guard('warn'), which only warns")
+        if not self.by:
+            return "not protected" + (f" ({parts[0]})" if parts else "")
+        left = self.uncovered()
+        return "protected by " + ", ".join(parts) + (f"; {left}" if left else "")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"protection": self.protection, "protected_by": self.by,
+                "patched": self.patched, "guarded": self.guarded, "repaired": self.repaired}
+
+
+def from_mappings(mappings: Sequence[Mapping]) -> InForce:
+    """What the markers among a process's mappings say."""
+    names = {m.path[len(MEMFD):].split(" ", 1)[0] for m in mappings if m.path.startswith(MEMFD)}
+    guard = sorted(n[len(GUARD_PREFIX):] for n in names if n.startswith(GUARD_PREFIX))
+    return InForce(PATCHED in names, guard[0] if guard else None, REPAIRED in names,
+                   known=True)
