@@ -283,17 +283,19 @@ def test_on_leaves_the_heavy_modules_unimported() -> None:
 #: What ``on`` may add to an interpreter's modules at start-up, and at
 #: ``import subprocess``, beyond rdmaspawn's own start-up modules: the socket
 #: module the fork repair asks the kernel through (where ib_core is loaded), and the
-#: built-in errno and functools C half.
+#: built-in errno and functools C half; mmap, which maps the doctor's markers
+#: (_native/markers.py).
 #: No typing, threading, functools, collections, contextlib, warnings,
 #: ctypes, nor cffi's backend (the C core): each would cost more than the
 #: whole hook (python -m rdmaspawn.bench.startup; issue 29 item 4).
-LIGHT_EXTRA = {"_socket", "_functools", "errno"}
+LIGHT_EXTRA = {"_socket", "_functools", "errno", "mmap"}
 #: rdmaspawn's modules that start-up loads: no drop-in, no engine, no doctor.
 LIGHT_OWN = {"rdmaspawn", "rdmaspawn._startup", "rdmaspawn._startup.autostart",
              "rdmaspawn._startup.onimport", "rdmaspawn._startup.sourcetree",
              "rdmaspawn._startup.standin", "rdmaspawn._startup.switch",
              "rdmaspawn._startup.repairgate", "rdmaspawn._host", "rdmaspawn._host.rdmanetlink",
-             "rdmaspawn.tools", "rdmaspawn.tools.guard"}
+             "rdmaspawn.tools", "rdmaspawn.tools.guard",
+             "rdmaspawn._native", "rdmaspawn._native.markers"}
 
 
 @pytest.mark.parametrize("program", ["pass", "import subprocess"])
@@ -391,3 +393,31 @@ def test_no_thread_sees_subprocess_before_the_patch() -> None:
         r = python("-c", code, value="on")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout) == {"stock": []}
+
+
+_MARKERS_SEEN = r"""
+import json, os, subprocess, sys
+def seen():
+    fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")]
+    with open("/proc/self/maps") as f:
+        maps = sorted({line.split()[-2] for line in f if "/memfd:rdmaspawn-" in line})
+    return {"maps": maps, "fds": sum("/memfd:rdmaspawn-" in target for target in fds)}
+before = seen()
+subprocess.run([sys.executable, "-c", "pass"], check=True)
+print(json.dumps({"before": before, "after": seen()}))
+"""
+
+
+def test_on_maps_its_markers_at_start_up_and_holds_no_descriptor_after_the_first_spawn() -> None:
+    """The doctor's markers (``_native.markers``) under ``on``: both mapped from
+    the start, before any spawn, without the C core; 3.13+'s mmap keeps no
+    descriptor for them, and before 3.13 the descriptors its mmap keeps are
+    gone once the first spawn has loaded the core (the markers move there)."""
+    r = python("-c", _MARKERS_SEEN, value="on")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    names = ["/memfd:rdmaspawn-guard-raise", "/memfd:rdmaspawn-patched"]
+    assert out["before"]["maps"] == out["after"]["maps"] == names, out
+    assert out["after"]["fds"] == 0, out
+    assert out["before"]["fds"] == (0 if sys.version_info >= (3, 13) else 2), out

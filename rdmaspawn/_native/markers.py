@@ -16,7 +16,10 @@ marker (memfd name)        mapped while
 =========================  =========================================
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: under RDMASPAWN=on this module loads
+# in every interpreter, and that import is a module of its own.
+import os
+import sys
 
 __all__ = ["GUARD_PREFIX", "MEMFD", "PATCHED", "REPAIRED", "set_guard", "set_patched"]
 
@@ -30,13 +33,58 @@ GUARD_PREFIX = "rdmaspawn-guard-"
 #: csrc/forkrepair.c maps it when the repair starts.
 REPAIRED = "rdmaspawn-fork-repair"
 
+# Two ways to map a marker. The C core's rs_marker_set() maps it and keeps
+# no descriptor, but loading the core (cffi's backend with it) is about 1 ms
+# of an interpreter's 12-13 under RDMASPAWN=on, which sets the markers at
+# start-up. Python's own mmap needs no C core: on 3.13+ it keeps no
+# descriptor either (trackfd=False); before 3.13 it keeps a dup of one
+# (close-on-exec), so there it is used only while the C core is not loaded,
+# and its markers move to the C core, closing that descriptor, the first
+# time a marker is set with the core loaded (patch()'s, at the first spawn).
+_C = "rdmaspawn._rdmaspawn_cffi"
+_TRACKFD = sys.version_info >= (3, 13)
+_held: "dict[str, tuple[str, object]]" = {}  # slot -> (name, the mmap holding its page)
 
-def _set(slot_name: str, name: str | None) -> None:
-    from .._rdmaspawn_cffi import ffi, lib
 
+def _set(slot_name: str, name: "str | None") -> None:
     # Best effort: a state without its marker is reported as not protected,
     # never the other way round (csrc/marker.c).
+    if _TRACKFD or _C not in sys.modules:
+        _set_mapped(slot_name, name)
+        return
+    for slot, (held, _) in list(_held.items()):  # to the core: no descriptor kept
+        if slot != slot_name:
+            _set_in_core(slot, held)
+        _set_mapped(slot, None)
+    _set_in_core(slot_name, name)
+
+
+def _set_in_core(slot_name: str, name: "str | None") -> None:
+    from .._rdmaspawn_cffi import ffi, lib
+
     lib.rs_marker_set(getattr(lib, slot_name), ffi.NULL if name is None else name.encode())
+
+
+def _set_mapped(slot_name: str, name: "str | None") -> None:
+    import mmap
+
+    fresh = None
+    if name is not None:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, mmap.PAGESIZE)
+            if _TRACKFD:
+                fresh = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ,
+                                  trackfd=False)  # type: ignore[call-arg,unused-ignore]
+            else:
+                fresh = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+    old = _held.pop(slot_name, None)  # dict operations: atomic under the GIL
+    if fresh is not None and name is not None:
+        _held[slot_name] = (name, fresh)
+    if old is not None:
+        old[1].close()  # type: ignore[attr-defined]
 
 
 def set_patched(on: bool) -> None:
@@ -44,6 +92,6 @@ def set_patched(on: bool) -> None:
     _set("RS_MARKER_PATCH", PATCHED if on else None)
 
 
-def set_guard(action: str | None) -> None:
+def set_guard(action: "str | None") -> None:
     """Map the marker for guard(action), in place of the one before; None: unmap it."""
     _set("RS_MARKER_GUARD", None if action is None else GUARD_PREFIX + action)

@@ -50,6 +50,9 @@ def apply(settings: "Settings") -> list[str]:
     done: list[str] = []
     if settings.patch:
         done.append("patch()")
+        # In force from here on (the stand-ins route every spawn to it): say so
+        # to the doctor now, not at the first spawn.
+        _safely(lambda: _patched_marker(True), "the doctor's marker")
     if settings.guard is not None:
         from ..tools.guard import guard_forks
 
@@ -97,12 +100,22 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
             from ..dropin.patch import patch
 
             _safely(patch, "patch()")
+            from ..dropin.patch import is_patched
+
+            if not is_patched():  # the marker set at start-up would say otherwise
+                _safely(lambda: _patched_marker(False), "the doctor's marker")
         if settings.guard is not None:
             from ..tools.guard import guard_exec
 
             _safely(guard_exec, "the guard of fork_exec")
     except Exception as exc:  # a broken install: the spawn goes ahead unpatched, as before
         _say(f"{VARIABLE}: could not load the patch: {type(exc).__name__}: {exc}")
+
+
+def _patched_marker(on: bool) -> None:
+    from .._native.markers import set_patched
+
+    set_patched(on)
 
 
 def _pool_handler() -> None:

@@ -383,7 +383,7 @@ def guard_exec() -> None:
     _guard_exec(None)
 
 
-def _marker(action: str | None) -> None:
+def _marker(action: "str | None") -> None:
     """Say from outside that the guard is on (and how), or off: the doctor reads it."""
     try:
         from .._native import markers
