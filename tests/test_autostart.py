@@ -284,7 +284,7 @@ def test_on_leaves_the_heavy_modules_unimported() -> None:
 #: ``import subprocess``, beyond rdmaspawn's own start-up modules: the socket
 #: module the fork repair asks the kernel through (where ib_core is loaded), and the
 #: built-in errno and functools C half; mmap, which maps the doctor's markers
-#: (_native/markers.py).
+#: (_startup/markers.py).
 #: No typing, threading, functools, collections, contextlib, warnings,
 #: ctypes, nor cffi's backend (the C core): each would cost more than the
 #: whole hook (python -m rdmaspawn.bench.startup; issue 29 item 4).
@@ -295,7 +295,7 @@ LIGHT_OWN = {"rdmaspawn", "rdmaspawn._startup", "rdmaspawn._startup.autostart",
              "rdmaspawn._startup.standin", "rdmaspawn._startup.switch",
              "rdmaspawn._startup.repairgate", "rdmaspawn._host", "rdmaspawn._host.rdmanetlink",
              "rdmaspawn.tools", "rdmaspawn.tools.guard",
-             "rdmaspawn._native", "rdmaspawn._native.markers"}
+             "rdmaspawn._startup.markers"}
 
 
 @pytest.mark.parametrize("program", ["pass", "import subprocess"])
@@ -410,7 +410,7 @@ print(json.dumps({"before": before, "after": seen()}))
 
 
 def test_on_maps_its_markers_at_start_up_and_holds_no_descriptor_after_the_first_spawn() -> None:
-    """The doctor's markers (``_native.markers``) under ``on``: both mapped from
+    """The doctor's markers (``_startup.markers``) under ``on``: both mapped from
     the start, before any spawn, without the C core; 3.13+'s mmap keeps no
     descriptor for them, and before 3.13 the descriptors its mmap keeps are
     gone once the first spawn has loaded the core (the markers move there)."""

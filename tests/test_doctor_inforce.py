@@ -3,7 +3,7 @@
 Each holder plants the real arena hazard, then turns rdmaspawn's protection
 on (or not) the way a program does; the doctor runs as another process, so
 all it has is what /proc shows: the markers patch(), guard() and the fork
-repair map (rdmaspawn/_native/markers.py). Before them, ``--all`` listed
+repair map (rdmaspawn/_startup/markers.py). Before them, ``--all`` listed
 every such process as HAZARD.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ import sys
 from typing import NamedTuple
 
 from .._startup.repairgate import USE_MADVISE, refusal
-from .markers import MEMFD, REPAIRED
+from .._startup.markers import MEMFD, REPAIRED
 
 __all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
 

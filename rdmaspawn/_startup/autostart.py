@@ -113,7 +113,7 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
 
 
 def _patched_marker(on: bool) -> None:
-    from .._native.markers import set_patched
+    from .markers import set_patched
 
     set_patched(on)
 

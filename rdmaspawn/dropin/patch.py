@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .._native import markers as _markers
+from .._startup import markers as _markers
 from .._startup import standin as _standin
 from . import cpython as _cpython
 from . import forkexec as _forkexec

@@ -386,7 +386,7 @@ def guard_exec() -> None:
 def _marker(action: "str | None") -> None:
     """Say from outside that the guard is on (and how), or off: the doctor reads it."""
     try:
-        from .._native import markers
+        from .._startup import markers
 
         markers.set_guard(action)
     except (ImportError, OSError):  # no C core: no marker, the doctor says "not guarded"

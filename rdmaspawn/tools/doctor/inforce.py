@@ -15,7 +15,7 @@ the fork repair               libibverbs' marks are kept out of every fork():
 
 Any of the first three makes a process "protected"; none, "not protected";
 a process whose mappings cannot be read is "unknown", never "protected".
-The markers' names are ``rdmaspawn._native.markers``'.
+The markers' names are ``rdmaspawn._startup.markers``'.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..._host.procfs import Mapping
-from ..._native.markers import GUARD_PREFIX, MEMFD, PATCHED, REPAIRED
+from ..._startup.markers import GUARD_PREFIX, MEMFD, PATCHED, REPAIRED
 
 __all__ = ["PROTECTED", "NOT_PROTECTED", "UNKNOWN", "InForce", "from_mappings"]
 
