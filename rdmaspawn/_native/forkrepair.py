@@ -17,8 +17,8 @@ import os
 import sys
 from typing import NamedTuple
 
-from .._startup.repairgate import USE_MADVISE, refusal
 from .._startup.markers import MEMFD, REPAIRED
+from .._startup.repairgate import USE_MADVISE, refusal
 
 __all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
 
