@@ -50,6 +50,13 @@ case $(cat /proc/cmdline) in
         rdma link add rxe0 type rxe netdev d0 && rdma link show rxe0/1
     }
     check "soft-RoCE rxe0 over a dummy netdev" rxe
+    # What libibverbs 44 marks on this kernel, for the record (not a step):
+    # RDMA netlink's copy-on-fork, ibv_is_fork_initialized() before and
+    # after ibv_fork_init(), and whether ibv_dontfork_range() then marks a
+    # page "dc" (tests/realdevice/fork_marks.py).
+    python3 tests/realdevice/fork_marks.py 2>&1 | sed 's/^/arm64-lane: fork-marks: /'
+    # test_repair_integrity_rxe.py's huge page (32 MiB here, the default size).
+    echo 2 >/proc/sys/vm/nr_hugepages
     pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1
     say "done, failed=$failed"
     exit $failed ;;
