@@ -54,7 +54,9 @@ case $(cat /proc/cmdline) in
     # RDMA netlink's copy-on-fork, ibv_is_fork_initialized() before and
     # after ibv_fork_init(), and whether ibv_dontfork_range() then marks a
     # page "dc" (tests/realdevice/fork_marks.py).
-    python3 tests/realdevice/fork_marks.py 2>&1 | sed 's/^/arm64-lane: fork-marks: /'
+    # (no sed in this userland: the shell prefixes each line)
+    python3 tests/realdevice/fork_marks.py 2>&1 |
+      while IFS= read -r line; do echo "arm64-lane: fork-marks: $line"; done
     # test_repair_integrity_rxe.py's huge page (32 MiB here, the default size).
     echo 2 >/proc/sys/vm/nr_hugepages
     pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1
