@@ -59,7 +59,13 @@ case $(cat /proc/cmdline) in
       while IFS= read -r line; do echo "arm64-lane: fork-marks: $line"; done
     # test_repair_integrity_rxe.py's huge page (32 MiB here, the default size).
     echo 2 >/proc/sys/vm/nr_hugepages
-    pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1
+    mkdir -p /tmp/rxe-out
+    pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT=/tmp/rxe-out
+    # What the controls measured (tests/realdevice/record.py), one line each:
+    # test_repair_integrity_rxe.py's control child, the marks, the bytes read.
+    python3 -c 'import json, sys
+for f in sys.argv[1:]:
+    print("arm64-lane: record:", f.split("/")[-1], json.dumps(json.load(open(f))))' /tmp/rxe-out/*.json
     say "done, failed=$failed"
     exit $failed ;;
 esac
