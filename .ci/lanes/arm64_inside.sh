@@ -63,9 +63,10 @@ case $(cat /proc/cmdline) in
     pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT=/tmp/rxe-out
     # What the controls measured (tests/realdevice/record.py), one line each:
     # test_repair_integrity_rxe.py's control child, the marks, the bytes read.
-    python3 -c 'import json, sys
-for f in sys.argv[1:]:
-    print("arm64-lane: record:", f.split("/")[-1], json.dumps(json.load(open(f))))' /tmp/rxe-out/*.json
+    # (python globs: set -f is on here)
+    python3 -c 'import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    print("arm64-lane: record:", os.path.basename(f), json.dumps(json.load(open(f))))' /tmp/rxe-out
     say "done, failed=$failed"
     exit $failed ;;
 esac
