@@ -27,20 +27,10 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from verbs import dc  # noqa: E402
+
 STATES = {0: "disabled", 1: "enabled", 2: "unneeded"}
-
-
-def dc(address: int) -> bool:
-    """Whether the page at ``address`` lies in a ``dc`` mapping (smaps)."""
-    lo = hi = 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if "-" in head[0] and not head[0].endswith(":"):
-                lo, hi = (int(x, 16) for x in head[0].split("-"))
-            elif head[0] == "VmFlags:" and lo <= address < hi:
-                return "dc" in head[1:]
-    raise LookupError(f"0x{address:x} is not mapped")
 
 
 def case(init: bool) -> dict[str, object]:

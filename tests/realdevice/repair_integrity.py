@@ -79,19 +79,6 @@ def write(address: int, data: bytes) -> None:
     ctypes.memmove(address, data, len(data))
 
 
-def dc(address: int) -> bool:
-    """Whether the page holding ``address`` lies in a ``dc`` mapping (smaps)."""
-    lo = hi = 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if "-" in head[0] and not head[0].endswith(":"):
-                lo, hi = (int(x, 16) for x in head[0].split("-"))
-            elif head[0] == "VmFlags:" and lo <= address < hi:
-                return "dc" in head[1:]
-    raise LookupError(f"0x{address:x} is not mapped")
-
-
 def connect_to_itself(context: Context, pd: PD, cq: CQ) -> tuple[QP, int]:
     """An RC queue pair in RTS whose peer is itself; the GID index that worked."""
     port = context.query_port(PORT)
@@ -156,7 +143,7 @@ def main() -> int:
     write(target, BEFORE)
     report: dict[str, object] = {"mode": mode, "gid_index": gid_index,
                                  "target_page_offset": target - page}
-    report["dc_before_repair"] = dc(target)
+    report["dc_before_repair"] = verbs.dc(target)
     if mode == "repair":
         r = rdmaspawn.repair_fork()
         report["repair"] = {"active": r.active, "reason": r.reason,
@@ -166,7 +153,7 @@ def main() -> int:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         report["madvise"] = libc.madvise(page, size, MADV_DOFORK)
-    report["dc_at_fork"] = dc(target)
+    report["dc_at_fork"] = verbs.dc(target)
 
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
