@@ -50,7 +50,23 @@ case $(cat /proc/cmdline) in
         rdma link add rxe0 type rxe netdev d0 && rdma link show rxe0/1
     }
     check "soft-RoCE rxe0 over a dummy netdev" rxe
-    pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1
+    # What libibverbs 44 marks on this kernel, for the record (not a step):
+    # RDMA netlink's copy-on-fork, ibv_is_fork_initialized() before and
+    # after ibv_fork_init(), and whether ibv_dontfork_range() then marks a
+    # page "dc" (tests/realdevice/fork_marks.py).
+    # (no sed in this userland: the shell prefixes each line)
+    python3 tests/realdevice/fork_marks.py 2>&1 |
+      while IFS= read -r line; do echo "arm64-lane: fork-marks: $line"; done
+    # test_repair_integrity_rxe.py's huge page (32 MiB here, the default size).
+    echo 2 >/proc/sys/vm/nr_hugepages
+    mkdir -p /tmp/rxe-out
+    pytest_run rxe RDMASPAWN_REQUIRE_RXE=1 RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT=/tmp/rxe-out
+    # What the controls measured (tests/realdevice/record.py), one line each:
+    # test_repair_integrity_rxe.py's control child, the marks, the bytes read.
+    # (python globs: set -f is on here)
+    python3 -c 'import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    print("arm64-lane: record:", os.path.basename(f), json.dumps(json.load(open(f))))' /tmp/rxe-out
     say "done, failed=$failed"
     exit $failed ;;
 esac

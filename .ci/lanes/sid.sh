@@ -38,6 +38,7 @@ exec </dev/null
 
 : "${CI_REPO:?CI_REPO must name the checkout}" "${CI_WORK:?CI_WORK must name a scratch directory}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lane_lib.sh"
 versions=${SID_VERSIONS:-"3.14 3.15"}
 quiet_limit=${SID_QUIET_LIMIT:-600}
 mirror=${SID_MIRROR:-http://deb.debian.org/debian}
@@ -152,18 +153,12 @@ cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$root/lane/ca.crt"
 wheel_env=""
 if [ -n "${CI_WHEELHOUSE:-}" ]; then
   say "waiting for the x86_64 wheel in $CI_WHEELHOUSE"
-  waited=0
-  until ls "$CI_WHEELHOUSE"/rdmaspawn-*-manylinux_*_x86_64.whl >/dev/null 2>&1; do
-    sleep 5; waited=$((waited + 5))
-    [ $((waited % 60)) -eq 0 ] && say "still waiting for the wheel (${waited}s)"
-    [ "$waited" -ge 1800 ] && break
-  done
-  whl=$(ls "$CI_WHEELHOUSE"/rdmaspawn-*-manylinux_*_x86_64.whl 2>/dev/null | head -n 1)
+  whl=$(wait_for_wheel "$CI_WHEELHOUSE" 'rdmaspawn-*-manylinux_*_x86_64.whl' 1800)
   if [ -n "$whl" ]; then
     mkdir -p "$root/lane/wheelhouse" && cp "$whl" "$root/lane/wheelhouse/"
     wheel_env="RDMASPAWN_WHEEL=/lane/wheelhouse/$(basename "$whl")"
   else
-    say "no wheel in CI_WHEELHOUSE after ${waited}s: tests/test_wheel.py builds its own"
+    say "no wheel in CI_WHEELHOUSE after 1800s: tests/test_wheel.py builds its own"
   fi
 fi
 
@@ -237,19 +232,9 @@ say "summary ($((SECONDS - start))s in all)"
 cat "$CI_WORK/results"
 for v in $versions; do
   echo "--- CPython $v: suite"
-  log=$root/lane/out/$v.suite.log
-  if grep -q '= short test summary info =' "$log" 2>/dev/null; then
-    sed -n '/= short test summary info =/,$p' "$log"
-  else
-    tail -n 1 "$log" 2>/dev/null
-  fi
+  closing_lines "$root/lane/out/$v.suite.log" '= short test summary info =' 1
   echo "--- CPython $v: test_subprocess under patch()"
-  log=$root/lane/out/$v.conformance.log
-  if grep -q '^rdmaspawn conformance' "$log" 2>/dev/null; then
-    sed -n '/^rdmaspawn conformance/,$p' "$log"
-  else
-    tail -n 5 "$log" 2>/dev/null
-  fi
+  closing_lines "$root/lane/out/$v.conformance.log" '^rdmaspawn conformance' 5
 done
 [ -f "$CI_WORK/oldest.log" ] && { echo "--- the 3.15-built wheel on 3.9"; tail -n 1 "$CI_WORK/oldest.log"; }
 echo "LANE: $passed passed, $failed failed"

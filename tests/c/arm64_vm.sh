@@ -20,9 +20,10 @@
 # its own there, so the machine needs no `dpkg --add-architecture arm64`.
 # Needs qemu-system-arm, cpio, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross.
 #
-# Environment: RDMASPAWN_VM_STALL (seconds without console output after which
-# the boot counts as hung: qemu is killed and the exit status is 124; default
-# 120), RDMASPAWN_VM_CPU (default cortex-a57; "max,pauth-impdef=on" for
+# Environment: RDMASPAWN_VM_STALL (seconds of qemu's CPU per vCPU without
+# console output after which the boot counts as hung: qemu is killed and the
+# exit status is 124; default 120), RDMASPAWN_VM_STALL_WALL (the same in
+# seconds of wall clock, for a guest hung while idle; default 900), RDMASPAWN_VM_CPU (default cortex-a57; "max,pauth-impdef=on" for
 # pointer authentication that TCG emulates cheaply), RDMASPAWN_VM_SMP
 # (default 2).
 # Exit status: 0 when /init reported "harness exit 0"; else non-zero.
@@ -67,33 +68,26 @@ cp "$harness" "$root/harness"
 echo "root:x:0:0:root:/:/bin/true" >"$root/etc/passwd"
 (cd "$root" && find . | cpio -o -H newc -R 0:0 --quiet) >"$work/initrd.cpio"
 
-# A hang is told from slowness by progress: qemu is killed when the console
-# has been silent for RDMASPAWN_VM_STALL seconds (the harness prints a line per
-# check), however long the whole boot takes on a busy machine.
+# A hang is told from slowness by progress (../vm_watchdog.sh): qemu is
+# killed when the console has printed nothing while qemu got
+# RDMASPAWN_VM_STALL seconds of CPU per vCPU (the harness prints a line per
+# check), or for RDMASPAWN_VM_STALL_WALL seconds of wall clock (a guest hung
+# while idle), however long the whole boot takes on a busy machine.
+. "$here/../vm_watchdog.sh"
 stall=${RDMASPAWN_VM_STALL:-120}
+smp=${RDMASPAWN_VM_SMP:-2}
 console="$work/console"
 : >"$console"
 echo "arm64_vm: booting $kernel (cpu ${RDMASPAWN_VM_CPU:-cortex-a57})"
 started=$SECONDS
 qemu-system-aarch64 \
-  -M virt -cpu "${RDMASPAWN_VM_CPU:-cortex-a57}" -smp "${RDMASPAWN_VM_SMP:-2}" -m 512M \
+  -M virt -cpu "${RDMASPAWN_VM_CPU:-cortex-a57}" -smp "$smp" -m 512M \
   -display none -monitor none -serial "file:$console" -nic none -no-reboot \
   -kernel "$kernel" -initrd "$work/initrd.cpio" \
   -append "console=ttyAMA0 panic=-1 quiet" </dev/null &
 qemu=$!
 rc=""
-seen=0 silent=0
-while kill -0 "$qemu" 2>/dev/null; do
-  sleep 1
-  size=$(stat -c %s "$console")
-  if [ "$size" -ne "$seen" ]; then seen=$size silent=0; else silent=$((silent + 1)); fi
-  if [ "$silent" -ge "$stall" ]; then
-    echo "arm64_vm: no console output for ${stall} s: a hang; killing qemu"
-    kill "$qemu" 2>/dev/null || true; sleep 2; kill -9 "$qemu" 2>/dev/null || true
-    rc=124
-    break
-  fi
-done
+vm_watch "$qemu" "$console" $((stall * smp)) "${RDMASPAWN_VM_STALL_WALL:-900}" arm64_vm || rc=124
 qrc=0
 wait "$qemu" || qrc=$?
 rc=${rc:-$qrc}

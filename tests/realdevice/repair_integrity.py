@@ -9,8 +9,9 @@ bytes malloc()ed by a fresh thread (its page holds that thread arena's
 header) registered where it lies, and a source registered by pyverbs.
 MODE ``repair`` calls rdmaspawn.repair_fork() first; ``control`` does not;
 ``unmarked`` (by hand, for kernels that do not copy) undoes the target page's
-mark itself with no repair; ``hugetlb`` does the same for a target on a 2 MiB
-huge page of its own (vm.nr_hugepages > 0).  In those two the parent writes
+mark itself with no repair; ``hugetlb`` does the same for a target on a huge
+page of its own, of the kernel's default size (vm.nr_hugepages > 0: 2 MiB on
+x86-64, 32 MiB on arm64 with 16 KiB pages).  In those two the parent writes
 the page before the child does.
 
 Then os.fork(): the child writes its own bytes into its copy of the target
@@ -56,8 +57,18 @@ CHILD = b"\xcc"                     # the child, everywhere it writes
 PARENT = b"\x5a"                    # the parent, on the page outside the target
 MADV_DOFORK = 11
 MAP_HUGETLB = 0x40000
-HUGE = 2 << 20
 SPARE = 128                         # bytes of the page the parents' writes cover
+
+
+def default_huge_page() -> int:
+    """The size MAP_HUGETLB gets with no size flags: /proc/meminfo's
+    Hugepagesize (2 MiB on x86-64, 32 MiB on arm64's 16 KiB-page kernels;
+    MADV_DOFORK on less than a whole huge page is EINVAL)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Hugepagesize:"):
+                return int(line.split()[1]) * 1024
+    raise LookupError("no Hugepagesize in /proc/meminfo")
 
 
 def read(address: int, length: int) -> bytes:
@@ -66,19 +77,6 @@ def read(address: int, length: int) -> bytes:
 
 def write(address: int, data: bytes) -> None:
     ctypes.memmove(address, data, len(data))
-
-
-def dc(address: int) -> bool:
-    """Whether the page holding ``address`` lies in a ``dc`` mapping (smaps)."""
-    lo = hi = 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if "-" in head[0] and not head[0].endswith(":"):
-                lo, hi = (int(x, 16) for x in head[0].split("-"))
-            elif head[0] == "VmFlags:" and lo <= address < hi:
-                return "dc" in head[1:]
-    raise LookupError(f"0x{address:x} is not mapped")
 
 
 def connect_to_itself(context: Context, pd: PD, cq: CQ) -> tuple[QP, int]:
@@ -128,9 +126,9 @@ def main() -> int:
     cq = CQ(context, 16)
     qp, gid_index = connect_to_itself(context, pd, cq)
     access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-    size = HUGE if mode == "hugetlb" else verbs.PAGE
+    size = default_huge_page() if mode == "hugetlb" else verbs.PAGE
     if mode == "hugetlb":  # a huge page of its own (vm.nr_hugepages > 0)
-        huge = mmap.mmap(-1, HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
+        huge = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
         target = ctypes.addressof(ctypes.c_char.from_buffer(huge))
     else:
         target = verbs.thread_malloc(LENGTH)
@@ -145,7 +143,7 @@ def main() -> int:
     write(target, BEFORE)
     report: dict[str, object] = {"mode": mode, "gid_index": gid_index,
                                  "target_page_offset": target - page}
-    report["dc_before_repair"] = dc(target)
+    report["dc_before_repair"] = verbs.dc(target)
     if mode == "repair":
         r = rdmaspawn.repair_fork()
         report["repair"] = {"active": r.active, "reason": r.reason,
@@ -155,7 +153,7 @@ def main() -> int:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         report["madvise"] = libc.madvise(page, size, MADV_DOFORK)
-    report["dc_at_fork"] = dc(target)
+    report["dc_at_fork"] = verbs.dc(target)
 
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()

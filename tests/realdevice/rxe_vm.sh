@@ -55,33 +55,25 @@ qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp "${RDMASPAWN_VM_SMP:-1}
   -append "console=ttyS0 panic=-1 quiet rxe.job=$job" </dev/null &
 qpid=$!
 
-# Print the console as it grows; kill qemu after $silence s without a new line.
-ticks=$(getconf CLK_TCK)
-# qemu's user+system CPU time, in clock ticks (fields 14 and 15 of its stat;
-# the command name in field 2 has no spaces here).
-qemu_cpu() { awk '{print $14 + $15}' "/proc/$qpid/stat" 2>/dev/null || echo 0; }
-seen=0 last=$SECONDS last_cpu=0 rc=""
-while :; do
-  alive=1; kill -0 "$qpid" 2>/dev/null || alive=0
+# Print the console as it grows (a line at a time: the watchdog's hook);
+# tests/vm_watchdog.sh kills qemu after $silence s of its CPU without output
+# (on a loaded machine a starved VM is slow, not hung: issue 27), or after
+# $silence_wall s of wall clock (a guest that hangs while idle gets little CPU).
+. "$here/../vm_watchdog.sh"
+seen=0
+print_new_lines() {
+  local n
   n=$(wc -l <"$work/console")
-  cpu=$(qemu_cpu)
-  if [ "$n" -gt "$seen" ]; then
-    sed -n "$((seen + 1)),${n}p" "$work/console" | tr -d '\r'
-    seen=$n last=$SECONDS last_cpu=$cpu
-  fi
-  [ $alive -eq 1 ] || break
-  # Silence is counted in the CPU time qemu got, not in wall-clock time: on a
-  # loaded machine a starved VM is slow, not hung (issue 27). A guest that
-  # hangs while idle gets little CPU: the wall-clock cap catches it.
-  if [ $(( (cpu - last_cpu) / ticks )) -ge "$silence" ] ||
-     [ $((SECONDS - last)) -ge "$silence_wall" ]; then
-    echo "rxe_vm: no console line for $(( (cpu - last_cpu) / ticks ))s of qemu's CPU" \
-         "($((SECONDS - last))s of wall clock): killing the VM"
-    kill "$qpid"; wait "$qpid" 2>/dev/null; qpid=""
-    exit 124
-  fi
-  sleep 1
-done
+  [ "$n" -gt "$seen" ] || return 0
+  sed -n "$((seen + 1)),${n}p" "$work/console" | tr -d '\r'
+  seen=$n
+}
+VM_WATCH_HOOK=print_new_lines vm_watch "$qpid" "$work/console" "$silence" "$silence_wall" rxe_vm
+if [ $? -eq 124 ]; then
+  echo "rxe_vm: the watchdog killed the VM"
+  wait "$qpid" 2>/dev/null; qpid=""
+  exit 124
+fi
 wait "$qpid" 2>/dev/null; qpid=""
 rc=$(tr -d '\r' <"$work/console" | sed -n 's/^rxe-vm: job exit \([0-9]*\)$/\1/p' | tail -n 1)
 [ -n "$rc" ] || { echo "rxe_vm: the VM reported no job exit"; exit 125; }

@@ -101,14 +101,15 @@ def test_repair_refused_where_the_kernel_does_not_copy(run):
 
 
 def test_why_the_repair_refuses_hugetlb_unmarked():
-    """The negative: a target on a 2 MiB huge page whose mark is undone by
+    """The negative: a target on a huge page (2 MiB on x86-64, 32 MiB on
+    arm64's 16 KiB pages) whose mark is undone by
     hand (no repair), the parent writing the page before the child.  Where
     the kernel copies pinned pages at fork (6.1) the parent still reads the
     device's bytes; where it does not (5.10, which copies small pinned pages
     but not hugetlb ones) the device's WRITE and SEND land in the page the
     child kept and the parent reads its own bytes from before the fork: what
     the repair would do there, so it refuses.  Needs vm.nr_hugepages > 0
-    (rxe.sh's job sets 2)."""
+    (rxe.sh's job and the arm64 lane's rxe boot set 2)."""
     env = dict(os.environ, RDMAV_FORK_SAFE="1", RDMAV_HUGEPAGES_SAFE="1")
     env.pop("RDMAV_USE_MADVISE", None)
     proc = subprocess.run([sys.executable, HELPER, "hugetlb"], env=env,

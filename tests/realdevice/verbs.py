@@ -117,6 +117,19 @@ class Device:
         return address
 
 
+def dc(address: int) -> bool:
+    """Whether the page holding ``address`` lies in a ``dc`` mapping (smaps)."""
+    lo = hi = 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+            elif head[0] == "VmFlags:" and lo <= address < hi:
+                return "dc" in head[1:]
+    raise LookupError(f"0x{address:x} is not mapped")
+
+
 def thread_malloc(size: int) -> int:
     """malloc(size) in a fresh thread, served from that thread's arena; leaked."""
     libc = ctypes.CDLL(None)
