@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -109,6 +110,11 @@ class ForkStatus(NamedTuple):
     repair: str = "not repairable"
 
 
+#: os.fsencode()'s codec for a str (POSIX: the filesystem encoding, surrogateescape).
+_FS_ENCODING = sys.getfilesystemencoding()
+_FS_ERRORS = sys.getfilesystemencodeerrors()
+
+
 def _fsencode(value: object) -> bytes:
     # Same rules as CPython's PyUnicode_FSConverter: str, bytes or PathLike,
     # and no NUL byte, which the child could not pass to the kernel.
@@ -130,7 +136,10 @@ def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     that the first bad one raises, as CPython's item-by-item conversion does.
     """
     try:
-        encoded = [item if type(item) is bytes else os.fsencode(item)  # type: ignore[arg-type]
+        # A str is encoded as os.fsencode() does it, without its Python frame.
+        encoded = [item if type(item) is bytes
+                   else item.encode(_FS_ENCODING, _FS_ERRORS) if type(item) is str
+                   else os.fsencode(item)  # type: ignore[arg-type]
                    for item in items]
     except (TypeError, ValueError):
         encoded = None

@@ -35,6 +35,7 @@ import _signal  # signal's C half: the same calls without the enum conversions
 import signal
 import sys
 import threading
+from _thread import get_ident as _get_ident
 from types import FrameType
 from typing import Any, Callable
 
@@ -56,11 +57,14 @@ class _KernelAction:
 
         self._sigaction = ctypes.CDLL(None, use_errno=True).sigaction
         self._struct = ctypes.c_char * 512  # glibc's is 152 bytes on x86-64 and aarch64
+        # One buffer, reused (an allocation less per Popen): save() copies it
+        # out as bytes at once, and only the main thread calls it (hold()).
+        self._buffer = self._struct()
         self._python_own: bytes | None = None
 
     def save(self) -> bytes | None:
-        saved = self._struct()
-        return saved.raw if self._sigaction(_SIGINT, None, saved) == 0 else None
+        buffer = self._buffer
+        return buffer.raw if self._sigaction(_SIGINT, None, buffer) == 0 else None
 
     def restore(self, saved: bytes | None) -> None:
         """Just after Python's signal() put the handler back: its flags are
@@ -139,7 +143,8 @@ class Held:
 
 def hold() -> Held | None:
     """Start holding SIGINT back, or None where its handler cannot run here."""
-    if threading.current_thread() is not threading.main_thread():
+    # get_ident() is C; current_thread() is Python code (every Popen pays it).
+    if _get_ident() != threading.main_thread().ident:
         return None
     handler = _signal.getsignal(_SIGINT)
     if not callable(handler):

@@ -35,6 +35,8 @@ _DEFAULTS: dict[str, Any] = dict(zip(reversed(_PARAMETERS), reversed(_CPYTHON.__
 
 def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name, as CPython's function would take them."""
+    if not kwargs and len(args) == len(_PARAMETERS):  # how _execute_child calls it
+        return dict(zip(_PARAMETERS, args))
     if len(args) > len(_PARAMETERS):
         raise TypeError(f"_posix_spawn() takes {len(_PARAMETERS)} positional arguments "
                         f"but {len(args)} were given")
