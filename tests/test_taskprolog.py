@@ -96,3 +96,28 @@ def test_the_command_agrees_with_the_doctor_here() -> None:
     assert res.returncode == 0
     assert res.stdout == (EXPORT_LINE + "\n" if marks else "")
     assert _run({"RDMASPAWN": "off"}).stdout == ""
+
+
+def _doc_script(prefix: str) -> str:
+    """docs/slurm.md's TaskProlog script, its /opt/rdmaspawn/ replaced by ``prefix``."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "slurm.md").read_text()
+    block = doc.split("<!-- slurm-lane: rdmaspawn-taskprolog -->", 1)[1]
+    body = block.split("```", 2)[1].split("\n", 1)[1]
+    return body.replace("/opt/rdmaspawn/", prefix)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_the_documented_script(installed: bool) -> None:
+    """The script docs/slurm.md tells administrators to install prints what the
+    command prints, and exits 0 with nothing on stdout where rdmaspawn is missing."""
+    import os
+
+    prefix = os.path.dirname(os.path.dirname(sys.executable)) + "/" if installed \
+        else "/nonexistent/rdmaspawn/"
+    env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
+    res = subprocess.run(["sh", "-c", _doc_script(prefix)], env=env, capture_output=True,
+                         text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (_run({}).stdout if installed else ""), res.stderr
