@@ -1,4 +1,4 @@
-"""``python -m rdmaspawn {doctor,demo,bench,run}`` and the ``rdmaspawn`` console script."""
+"""``python -m rdmaspawn {doctor,demo,bench,run,taskprolog}`` and the ``rdmaspawn`` console script."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("run", add_help=False,
                    help="run a command with rdmaspawn in force in all its Python processes "
                         "(rdmaspawn run [options] -- CMD ARGS...)")
+    sub.add_parser("taskprolog", add_help=False,
+                   help="for a Slurm TaskProlog: print 'export RDMASPAWN=on' where this node "
+                        "is affected, nothing elsewhere; always exits 0 (docs/slurm.md)")
     return parser
 
 
@@ -48,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools.run import main as run_main
 
         return run_main(args[1:])
+    if args and args[0] == "taskprolog":
+        from .tools.taskprolog import main as taskprolog_main
+
+        return taskprolog_main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
     if ns.command is None:
