@@ -18,7 +18,8 @@
 #    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
 #    venv that sees python3-pyverbs (registrations made by rdma-core's own
 #    bindings) and test_repair_integrity_rxe.py (the fork repair's data
-#    after a fork: a loopback queue pair's RDMA WRITE and SEND), then
+#    after a fork: a loopback queue pair's RDMA WRITE and SEND) and
+#    test_ucx_rxe.py (Open MPI + UCX + mpi4py ranks on rxe0), then
 #    tests/realdevice/test_torch_rxe.py on CPython 3.11 with torch (a
 #    DataLoader's fork workers after a real registration), the same boot: a
 #    VM boot costs more than the tests.  The 5.10 VM runs
@@ -33,7 +34,8 @@
 #
 # Needs (beyond .ci/run's APT_PACKAGES): qemu-system-x86 (installed here when
 # missing); iproute2's rdma, cpio, the system's ibverbs-providers and
-# python3-pyverbs (with python3-venv) are used in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
+# python3-pyverbs (with python3-venv), openmpi-bin, libucx0 and
+# python3-mpi4py are used in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
 # in CI_WORK, so a run downloads everything itself).
 set -uo pipefail
 exec </dev/null

@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from holder import (  # noqa: E402
+    _patched,
     fork_python,
     mp_fork_pool,
     os_fork,
@@ -27,7 +28,6 @@ from holder import (  # noqa: E402
     rdmaspawn_popen,
     subprocess_plain,
     subprocess_preexec,
-    _patched,
 )
 from mpi4py import MPI  # noqa: E402
 
