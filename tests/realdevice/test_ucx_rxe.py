@@ -88,19 +88,18 @@ def test_stock_ways_control(purge):
     assert all(x["dc"] > 0 for x in ranks), ranks  # UCX's registrations are marked
 
 
-@pytest.mark.parametrize("purge", PURGE)
-def test_rdmaspawn_popen_and_patch(purge):
-    """rdmaspawn.Popen and subprocess under patch() in each rank: exit 0."""
-    ranks = _mpirun("rdmaspawn", purge)
-    record(f"ucx-rdmaspawn-{purge.replace(' ', '-')}", {"ranks": ranks})
+def test_rdmaspawn_popen_and_patch():
+    """rdmaspawn.Popen and subprocess under patch() in each rank, purge off: exit 0."""
+    ranks = _mpirun("rdmaspawn", "purge off")
+    record("ucx-rdmaspawn", {"ranks": ranks})
     _all_exit_0(ranks)
 
 
-@pytest.mark.parametrize("purge", PURGE)
-def test_repair_fork(purge):
-    """rdmaspawn.repair_fork() after the traffic, then the stock ways: exit 0."""
-    ranks = _mpirun("repaired", purge)
-    record(f"ucx-repaired-{purge.replace(' ', '-')}", {"ranks": ranks})
+def test_repair_fork():
+    """rdmaspawn.repair_fork() after the traffic, purge off, then the stock
+    ways: exit 0."""
+    ranks = _mpirun("repaired", "purge off")
+    record("ucx-repaired", {"ranks": ranks})
     assert all(x["repair"] for x in ranks), ranks
     _all_exit_0(ranks)
 

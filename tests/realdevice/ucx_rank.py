@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from holder import (  # noqa: E402
@@ -34,6 +36,8 @@ from mpi4py import MPI  # noqa: E402
 import rdmaspawn  # noqa: E402
 
 SIZE = 4 << 20
+#: Seconds a way may take (the fork Pool bounds itself at 60).
+LIMIT = 90
 STOCK = {
     "os.fork running Python": fork_python,
     "os.fork+exec": os_fork,
@@ -49,6 +53,39 @@ WAYS = {
     "repaired": STOCK,
     "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
 }
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if d.isdigit() and f.read().rsplit(")", 1)[1].split()[1] == me:
+                    found.append(int(d))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def bounded(way: Callable[[], str]) -> str:
+    """The way's outcome, or "hung" after LIMIT s: a control child that
+    deadlocks must not hang the rank (its children are then killed)."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"hung (no outcome in {LIMIT} s)")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(LIMIT)
+    try:
+        return outcome(way)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def marked() -> int:
@@ -73,7 +110,7 @@ def main() -> int:
     if ways == "repaired":
         report["repair"] = rdmaspawn.repair_fork().active
         report["dc_after_repair"] = marked()
-    report["ways"] = {name: outcome(way) for name, way in WAYS[ways].items()}
+    report["ways"] = {name: bounded(way) for name, way in WAYS[ways].items()}
     reports = comm.gather(report, root=0)
     if rank == 0:
         print("RANKS " + json.dumps(reports), flush=True)
