@@ -48,8 +48,7 @@ STOCK = {
 WAYS = {
     "stock": STOCK,
     "rdmaspawn": {"rdmaspawn.Popen": rdmaspawn_popen,
-                  "patch() subprocess": _patched(subprocess_plain),
-                  "patch() subprocess preexec_fn": _patched(subprocess_preexec)},
+                  "patch() subprocess": _patched(subprocess_plain)},
     "repaired": STOCK,
     "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
 }
