@@ -109,6 +109,7 @@ def test_rdmaspawn_on_in_every_rank():
     """RDMASPAWN=on exported to the ranks: every way exits 0."""
     ranks = _mpirun("all", "defaults", env={"RDMASPAWN": "on"})
     record("ucx-rdmaspawn-on", {"ranks": ranks})
+    assert all(x["RDMASPAWN"] == "on" for x in ranks), ranks
     _all_exit_0(ranks)
 
 
@@ -117,4 +118,5 @@ def test_mpirun_under_rdmaspawn_run():
     (the repair or the patch from start-up) and every way exits 0."""
     ranks = _mpirun("all", "defaults", prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
     record("ucx-rdmaspawn-run", {"ranks": ranks})
+    assert all(x["RDMASPAWN"] for x in ranks), ranks  # run's variable reached the ranks
     _all_exit_0(ranks)

@@ -105,7 +105,9 @@ def main() -> int:
         assert recv == bytearray([(peer + i) & 0xFF]) * SIZE, f"rank {rank}: bad data"
         moved += SIZE
     report: dict = {"rank": rank, "moved": moved, "dc": marked(),
-                    "fork_status": rdmaspawn.fork_status().state}
+                    "fork_status": rdmaspawn.fork_status().state,
+                    "RDMASPAWN": os.environ.get("RDMASPAWN"),
+                    "repair_state": rdmaspawn.fork_status().repair}
     if ways == "repaired":
         report["repair"] = rdmaspawn.repair_fork().active
         report["dc_after_repair"] = marked()
