@@ -18,7 +18,8 @@
 #    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
 #    venv that sees python3-pyverbs (registrations made by rdma-core's own
 #    bindings) and test_repair_integrity_rxe.py (the fork repair's data
-#    after a fork: a loopback queue pair's RDMA WRITE and SEND), then
+#    after a fork: a loopback queue pair's RDMA WRITE and SEND) and
+#    test_ucx_rxe.py (Open MPI + UCX + mpi4py ranks on rxe0), then
 #    tests/realdevice/test_torch_rxe.py on CPython 3.11 with torch (a
 #    DataLoader's fork workers after a real registration), the same boot: a
 #    VM boot costs more than the tests.  The 5.10 VM runs
@@ -33,7 +34,8 @@
 #
 # Needs (beyond .ci/run's APT_PACKAGES): qemu-system-x86 (installed here when
 # missing); iproute2's rdma, cpio, the system's ibverbs-providers and
-# python3-pyverbs (with python3-venv) are used in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
+# python3-pyverbs (with python3-venv), openmpi-bin, libucx0 and
+# python3-mpi4py are used in the VM.  RDMASPAWN_RXE_CACHE: reuse a fetch.sh directory (default: one
 # in CI_WORK, so a run downloads everything itself).
 set -uo pipefail
 exec </dev/null
@@ -88,7 +90,7 @@ pids+=($!)
 (
   /usr/bin/python3 -m venv --system-site-packages "$work/venv-pyverbs" &&
   "$work/venv-pyverbs/bin/python" -m pip install -q pytest "cffi>=1.15" &&
-  "$work/venv-pyverbs/bin/python" -c "import pyverbs.mr"
+  "$work/venv-pyverbs/bin/python" -c "import pyverbs.mr, mpi4py"
 ) >"$work/venv-pyverbs.log" 2>&1 &
 pids+=($!)
 
@@ -158,7 +160,7 @@ RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
 JOB
   [ -n "${3:-}" ] && cat <<JOB
 echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page
-RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
+RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_REQUIRE_UCX=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-pyverbs/bin/python" -m pytest \\
   -p no:cacheprovider -v -o console_output_style=classic $3 2>&1 |
   tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
@@ -177,7 +179,7 @@ JOB
 # Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
 # in subprocess) on 5.10; both VMs run the matrix.  On Debian's CPython with
 # pyverbs: 6.1 all of it, 5.10 the fork repair's test (there: its refusal).
-job 6.1 3.13 "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py" \
+job 6.1 3.13 "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py realdevice/test_ucx_rxe.py" \
   >"$work/vm-6.1/job.sh"
 job 5.10 3.9 realdevice/test_repair_integrity_rxe.py >"$work/vm-5.10/job.sh"
 
@@ -225,7 +227,7 @@ count() {  # count NAME LOG: print LOG's closing line, add up its counts
 echo
 count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
 count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
-count "test_pyverbs_rxe.py, test_repair_integrity_rxe.py on Debian's 3.11 (Linux 6.1)" \
+count "test_pyverbs_rxe.py, test_repair_integrity_rxe.py, test_ucx_rxe.py on Debian's 3.11 (Linux 6.1)" \
   "$work/vm-6.1/pyverbs-pytest.log"
 count "test_repair_integrity_rxe.py on Debian's 3.11 (Linux 5.10)" "$work/vm-5.10/pyverbs-pytest.log"
 count "test_torch_rxe.py on 3.11 + torch (Linux 6.1)" "$work/vm-6.1/torch-pytest.log"

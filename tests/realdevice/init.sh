@@ -50,6 +50,8 @@ done
 for l in bin sbin lib lib64; do [ -e "/new/$l" ] || ln -s "usr/$l" "/new/$l"; done
 mkdir -p "/new$job" && mount --bind /job "/new$job"
 
+# A host name: Open MPI's mpirun refuses the kernel's "(none)".
+hostname rxe-vm
 ip link set lo up
 ip link add d0 type dummy && ip link set d0 up || fail "no dummy netdev"
 say "kernel $(uname -r), modules loaded"
