@@ -19,9 +19,13 @@
  *   IBV_FORK_ENABLED         enabled    its answer
  *   IBV_FORK_DISABLED        disabled   its answer (nothing marks without
  *                                       its mm_root, which that answer reads)
- *   IBV_FORK_UNNEEDED        enabled    if a probe range gets marked
- *                            unneeded   if not (forkprobe.c): rdma-core
- *                                       35-50 answer UNNEEDED and mark
+ *   IBV_FORK_UNNEEDED        enabled    if memory other than device
+ *                                       memory is marked (forkprobe.c):
+ *                                       rdma-core 35-50 answer UNNEEDED
+ *                                       and mark
+ *                            unneeded   if not (a library that marks but
+ *                                       has registered nothing yet reads
+ *                                       "unneeded" until it does)
  *   no ibv_is_fork_initialized (rdma-core < 35, no copy-on-fork awareness):
  *                            enabled    if ibv_fork_init() ran here, or
  *                                       RDMAV_FORK_SAFE / IBV_FORK_SAFE is
@@ -105,8 +109,12 @@ static int status_of(void *h)
     case IBV_FORK_ENABLED:
         return RS_FORK_ENABLED;
     case IBV_FORK_UNNEEDED:
-        /* "Unneeded" only if nothing is marked; unknown counts as marked. */
-        return rs_verbs_marks(h) == 0 ? RS_FORK_UNNEEDED : RS_FORK_ENABLED;
+        /* "Unneeded" only if nothing is marked; unknown counts as marked.
+         * Read from smaps, never by asking the library to mark a probe range:
+         * where its protection is off, ibv_dontfork_range() sets rdma-core
+         * 35-50's too_late flag, and a later ibv_fork_init() (UCX's, NCCL's)
+         * then fails with EINVAL (issue 27, item 7). */
+        return rs_dontfork_anywhere() == 0 ? RS_FORK_UNNEEDED : RS_FORK_ENABLED;
     default:
         return RS_FORK_DISABLED;
     }

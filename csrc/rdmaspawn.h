@@ -277,9 +277,6 @@ int rs_marker_set(int slot, const char *name);
 
 /* cdef-end */
 
-/* forkprobe.c: 1 if the libibverbs of this dlopen handle marks a range
- * MADV_DONTFORK now (fork protection on), 0 if not, -1 if it cannot tell. */
-int rs_verbs_marks(void *verbs);
 /* forkprobe.c: 1 if any mapping of this process other than device memory is
  * MADV_DONTFORK, 0 if none, -1 if /proc/self/smaps cannot be read. */
 int rs_dontfork_anywhere(void);

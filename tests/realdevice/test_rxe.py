@@ -187,3 +187,37 @@ def test_fork_repair_on_real_registrations(kind):
         assert r["dc_after"] is True, r
         if kind == "malloc":  # the arena's page: the fork children die, as in the control
             assert r["ways"]["os.fork running Python"] != "exit 0", r["ways"]
+
+
+# A fresh process: libibverbs loaded by ctypes, then fork_status() (or not),
+# then ibv_fork_init(), as UCX (UCX_IB_FORK_INIT) or NCCL call it before
+# registering. Prints what the library answers before and ibv_fork_init()'s
+# return value.
+_FORK_INIT_AFTER = """
+import ctypes, json, sys
+lib = ctypes.CDLL("libibverbs.so.1")
+before = lib.ibv_is_fork_initialized() if hasattr(lib, "ibv_is_fork_initialized") else None
+if sys.argv[1] == "status":
+    import rdmaspawn
+    rdmaspawn.fork_status()
+print(json.dumps({"answers": before, "ibv_fork_init": lib.ibv_fork_init()}))
+"""
+
+
+def _fork_init_after(first: str) -> dict:
+    r = subprocess.run([sys.executable, "-c", _FORK_INIT_AFTER, first], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout)
+
+
+def test_fork_status_leaves_ibv_fork_init_alone():
+    """fork_status() has no effect on the library: a later ibv_fork_init()
+    returns what it returns alone (issue 27, item 7). rdma-core 35-50 answer
+    "unneeded" on Linux 6.1, and asking them to mark a probe range there set
+    their too_late flag: ibv_fork_init() then returned EINVAL."""
+    alone = _fork_init_after("alone")
+    after = _fork_init_after("status")
+    record("fork-init-after-fork-status", {"alone": alone, "after_fork_status": after})
+    assert alone["ibv_fork_init"] == 0, alone
+    assert after == alone, (after, alone)
