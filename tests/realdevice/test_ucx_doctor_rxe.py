@@ -1,14 +1,16 @@
 """What the doctor says of an Open MPI + UCX rank on the soft-RoCE device
 (issue 28, item 3): ``rdmaspawn doctor --pid PID --json`` of a rank that has
 swapped 1 MiB buffers over rxe0 through UCX (ucx_doctor_rank.py), with UCX's
-defaults and with its purge on fork off (UCX_RCACHE_PURGE_ON_FORK=n).
+defaults, with its purge on fork off (UCX_RCACHE_PURGE_ON_FORK=n), and with
+UCX's defaults in ranks started under RDMASPAWN=on.
 
 Runs in the soft-RoCE VM of .ci/lanes/rxe.sh (Linux 6.1, rdma-core 44) on
 Debian's CPython in a venv that sees Debian's python3-mpi4py; elsewhere it
 skips (fails under RDMASPAWN_REQUIRE_RXE=1 with RDMASPAWN_REQUIRE_UCX=1).
 The doctor's JSON fields are recorded (record.py); the test holds it to what
 docs/doctor-and-guard.md says: UCX loaded, its fork_init setting, its purge
-as set, and a rank that nothing protects called "not protected".
+as set, a rank that nothing protects called "not protected" and one under
+RDMASPAWN=on "protected", by the patch at least.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
           "--mca", "pml_ucx_devices", "any"]
 UCX = {"UCX_TLS": "rc_verbs,ud_verbs,self", "UCX_NET_DEVICES": "rxe0:1",
        "UCX_IB_GID_INDEX": "0"}
-SETTINGS = {"defaults": {}, "purge off": {"UCX_RCACHE_PURGE_ON_FORK": "n"}}
+SETTINGS = {"defaults": {}, "purge off": {"UCX_RCACHE_PURGE_ON_FORK": "n"},
+            "RDMASPAWN=on": {"RDMASPAWN": "on"}}
 
 
 def _require(ok: bool, why: str) -> None:
@@ -63,7 +66,8 @@ def test_doctor_of_a_ucx_rank(setting: str) -> None:
                        timeout=900)
     ranks = sorted((json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")),
                    key=lambda x: x["rank"])
-    record(f"ucx-doctor-{setting.replace(' ', '-')}", {"ranks": ranks})
+    name = setting.replace(" ", "-").replace("=", "-")
+    record(f"ucx-doctor-{name}", {"ranks": ranks})
     assert r.returncode == 0 and len(ranks) == 2, (r.returncode, r.stdout[-3000:],
                                                    r.stderr[-3000:])
     for x in ranks:
@@ -71,5 +75,9 @@ def test_doctor_of_a_ucx_rank(setting: str) -> None:
         assert x["doctor_exit"] in (0, 1), x   # 1: a HAZARD verdict, still a report
         assert x["ucx"]["loaded"] is True, x
         assert x["ucx"]["fork_init"] == "try (default)", x
-        assert x["ucx"]["purge_on_fork"] is (setting == "defaults"), x
-        assert x["rdmaspawn"]["protection"] == "not protected", x
+        assert x["ucx"]["purge_on_fork"] is (setting != "purge off"), x
+        if "RDMASPAWN" in extra:
+            assert x["rdmaspawn"]["protection"] == "protected", x
+            assert "patch" in x["rdmaspawn"]["protected_by"], x
+        else:
+            assert x["rdmaspawn"]["protection"] == "not protected", x
