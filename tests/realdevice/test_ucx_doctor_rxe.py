@@ -2,7 +2,8 @@
 (issue 28, item 3): ``rdmaspawn doctor --pid PID --json`` of a rank that has
 swapped 1 MiB buffers over rxe0 through UCX (ucx_doctor_rank.py), with UCX's
 defaults, with its purge on fork off (UCX_RCACHE_PURGE_ON_FORK=n), and with
-UCX's defaults in ranks started under RDMASPAWN=on.
+UCX's defaults in ranks started under RDMASPAWN=on (exported by mpirun, or
+inherited from `rdmaspawn run` around the whole mpirun).
 
 Runs in the soft-RoCE VM of .ci/lanes/rxe.sh (Linux 6.1, rdma-core 44) on
 Debian's CPython in a venv that sees Debian's python3-mpi4py; elsewhere it
@@ -10,7 +11,7 @@ skips (fails under RDMASPAWN_REQUIRE_RXE=1 with RDMASPAWN_REQUIRE_UCX=1).
 The doctor's JSON fields are recorded (record.py); the test holds it to what
 docs/doctor-and-guard.md says: UCX loaded, its fork_init setting, its purge
 as set, a rank that nothing protects called "not protected" and one under
-RDMASPAWN=on "protected", by the patch at least.
+RDMASPAWN=on "protected", by the patch at least (both ways of setting it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
 UCX = {"UCX_TLS": "rc_verbs,ud_verbs,self", "UCX_NET_DEVICES": "rxe0:1",
        "UCX_IB_GID_INDEX": "0"}
 SETTINGS = {"defaults": {}, "purge off": {"UCX_RCACHE_PURGE_ON_FORK": "n"},
-            "RDMASPAWN=on": {"RDMASPAWN": "on"}}
+            "RDMASPAWN=on": {"RDMASPAWN": "on"}, "mpirun under rdmaspawn run": {}}
+# The whole mpirun under `rdmaspawn run`: the ranks inherit its RDMASPAWN.
+PREFIX = {"mpirun under rdmaspawn run": [sys.executable, "-m", "rdmaspawn", "run", "--"]}
 
 
 def _require(ok: bool, why: str) -> None:
@@ -61,7 +64,7 @@ _require(HAVE_MPI4PY and shutil.which("mpirun") is not None,
 def test_doctor_of_a_ucx_rank(setting: str) -> None:
     extra = SETTINGS[setting]
     exports = [a for n in sorted({*UCX, *extra}) for a in ("-x", n)]
-    r = subprocess.run([*MPIRUN, *exports, sys.executable, RANK],
+    r = subprocess.run([*PREFIX.get(setting, []), *MPIRUN, *exports, sys.executable, RANK],
                        env={**os.environ, **UCX, **extra}, capture_output=True, text=True,
                        timeout=900)
     ranks = sorted((json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")),
@@ -76,7 +79,7 @@ def test_doctor_of_a_ucx_rank(setting: str) -> None:
         assert x["ucx"]["loaded"] is True, x
         assert x["ucx"]["fork_init"] == "try (default)", x
         assert x["ucx"]["purge_on_fork"] is (setting != "purge off"), x
-        if "RDMASPAWN" in extra:
+        if "RDMASPAWN" in extra or setting in PREFIX:
             assert x["rdmaspawn"]["protection"] == "protected", x
             assert "patch" in x["rdmaspawn"]["protected_by"], x
         else:
