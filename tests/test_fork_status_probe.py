@@ -1,12 +1,13 @@
 """fork_status()'s own probe page is no hazard to a fork in another thread (issue 27, item 6).
 
-Where libibverbs answers "unneeded", fork_status() asks it to mark a page of
-its own (csrc/forkprobe.c) and looks at smaps. A guarded fork in another
-thread at that moment used to see the marked page and refuse: 229-314 of 800
-forks under guard("raise"). The libibverbs here is a small stand-in built by
-the test (the real one answers "unneeded" only with an RDMA driver loaded):
-it answers "unneeded" and marks with the real madvise(), as rdma-core 35-50
-does with fork protection on.
+Where libibverbs answers "unneeded", fork_status() used to ask it to mark a
+page of its own and look at smaps. A guarded fork in another thread at that
+moment saw the marked page and refused: 229-314 of 800 forks under
+guard("raise"). fork_status() now reads smaps without marking anything
+(issue 27 item 7, tests/test_fork_status_too_late.py); this keeps it so. The
+libibverbs here is a small stand-in built by the test (the real one answers
+"unneeded" only with an RDMA driver loaded): it answers "unneeded" and marks
+with the real madvise(), as rdma-core 35-50 does with fork protection on.
 """
 from __future__ import annotations
 

@@ -1,0 +1,93 @@
+"""fork_status() leaves libibverbs as it found it (issue 27, item 7).
+
+rdma-core 35-50 answer "unneeded" wherever the kernel reports copy-on-fork,
+marked or not. fork_status() used to ask such a library to mark a probe page
+(ibv_dontfork_range()); where its fork protection is off, that sets its
+too_late flag (libibverbs/memory.c), and a later ibv_fork_init() (NCCL's,
+UCX's with UCX_IB_FORK_INIT=y) returned EINVAL instead of turning protection
+on. Measured in the rxe lane (44.0 on Linux 6.1):
+tests/realdevice/test_rxe.py::test_fork_status_leaves_ibv_fork_init_alone.
+
+The real library answers "unneeded" only with an RDMA driver loaded, so the
+libibverbs here is a small stand-in built by the test, with the same
+bookkeeping: "unneeded", a range that goes by while protection is off makes
+a later ibv_fork_init() fail, and once on, ranges are marked with madvise().
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VERBS = r"""
+#include <errno.h>
+#include <stddef.h>
+#include <sys/mman.h>
+static int on, too_late;
+int ibv_is_fork_initialized(void) { return 2; }  /* IBV_FORK_UNNEEDED */
+int ibv_fork_init(void)
+{
+    if (on)
+        return 0;
+    if (too_late)
+        return EINVAL;
+    on = 1;
+    return 0;
+}
+static int range(void *a, size_t n, int advice)
+{
+    if (!on) {
+        too_late = 1;
+        return 0;
+    }
+    return madvise(a, n, advice);
+}
+int ibv_dontfork_range(void *a, size_t n) { return range(a, n, MADV_DONTFORK); }
+int ibv_dofork_range(void *a, size_t n) { return range(a, n, MADV_DOFORK); }
+"""
+
+# A fresh process: the stand-in loaded first (the instance fork_status()
+# finds among the loaded objects), fork_status() or not, then ibv_fork_init().
+CHILD = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+state = None
+if sys.argv[2] == "status":
+    import rdmaspawn
+    st = rdmaspawn.fork_status()
+    state = [st.state, st.library]
+print(json.dumps({"fork_status": state, "ibv_fork_init": lib.ibv_fork_init()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def stand_in_verbs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libibverbs")
+    d = tmp_path_factory.mktemp("verbs")
+    (d / "verbs.c").write_text(VERBS)
+    lib = d / "libibverbs.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(d / "verbs.c")], check=True)
+    return lib
+
+
+def _run(lib: Path, first: str) -> dict[str, object]:
+    res = subprocess.run([sys.executable, "-c", CHILD, str(lib), first],
+                         stdout=subprocess.PIPE, text=True, timeout=120, check=True)
+    out: dict[str, object] = json.loads(res.stdout)
+    return out
+
+
+def test_ibv_fork_init_after_fork_status(stand_in_verbs: Path) -> None:
+    """ibv_fork_init() after fork_status() returns what it returns alone (0),
+    and fork_status() asked the stand-in, which marks nothing: "unneeded"."""
+    alone = _run(stand_in_verbs, "alone")
+    after = _run(stand_in_verbs, "status")
+    assert alone["ibv_fork_init"] == 0, alone
+    assert after["fork_status"] == ["unneeded", str(stand_in_verbs)], after
+    assert after["ibv_fork_init"] == 0, (after, alone)
