@@ -20,7 +20,8 @@ import subprocess
 import time
 from typing import Callable
 
-import rdmaspawn
+from rdmaspawn.dropin import patch as _patch
+from rdmaspawn.dropin.popen import Popen as RdmaspawnPopen
 
 #: The spawners, in the order the report lists them; the last is the reference.
 SPAWNERS = ("rdmaspawn.Popen", "subprocess, patch()", "subprocess")
@@ -39,19 +40,19 @@ def _batch_us(popen: Callable[..., subprocess.Popen[bytes]], argv: list[str],
 def measure(argv: list[str], batches: int, spawns: int) -> dict[str, list[float]]:
     """Each spawner's CPU per spawn, one figure per batch, interleaved."""
     times: dict[str, list[float]] = {name: [] for name in SPAWNERS}
-    was_patched = rdmaspawn.is_patched()
+    was_patched = _patch.is_patched()
     try:
         for _ in range(batches):
-            rdmaspawn.unpatch()
-            times["rdmaspawn.Popen"].append(_batch_us(rdmaspawn.Popen, argv, spawns))
+            _patch.unpatch()
+            times["rdmaspawn.Popen"].append(_batch_us(RdmaspawnPopen, argv, spawns))
             times["subprocess"].append(_batch_us(subprocess.Popen, argv, spawns))
-            rdmaspawn.patch()
+            _patch.patch()
             times["subprocess, patch()"].append(_batch_us(subprocess.Popen, argv, spawns))
     finally:
         if was_patched:
-            rdmaspawn.patch()
+            _patch.patch()
         else:
-            rdmaspawn.unpatch()
+            _patch.unpatch()
     return times
 
 
