@@ -85,9 +85,20 @@ static PyObject *sigint_action(PyObject *module, PyObject *unused)
     struct sigaction sa;
     (void)module;
     (void)unused;
+    sigset_t mask;
     memset(&sa, 0, sizeof sa);
     if (sigaction(SIGINT, NULL, &sa) < 0)
         return none();
+    /* glibc fills only the kernel's part of sa_mask (signals 1..NSIG-1) and
+     * copies the rest from its own uninitialised stack: keep the signals, so
+     * that two reads of the same action compare equal (the hold then skips
+     * putting it back, a system call per Popen). */
+    memset(&mask, 0, sizeof mask);  /* glibc's sigemptyset() clears only the kernel's part */
+    sigemptyset(&mask);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(&sa.sa_mask, sig) == 1)
+            sigaddset(&mask, sig);
+    sa.sa_mask = mask;
     return PyBytes_FromStringAndSize((const char *)&sa, (Py_ssize_t)sizeof sa);
 }
 
