@@ -16,5 +16,6 @@ lists the options.  One module per job:
 ``table``      the plain-text report; ``readme``: the Markdown block; ``plot``: the PNG
 ``startup``    apart: what ``RDMASPAWN=on`` costs an interpreter's start-up
 ``sigint``     apart: what holding SIGINT costs a Popen() in the main thread
+``cpucost``    apart: the parent's CPU per spawn, rdmaspawn / patch() / subprocess
 =============  ==========================================================
 """

@@ -12,13 +12,15 @@ thin (floor)                      rdmaspawn.Popen median / the C floor's      <=
 latency vs subprocess             rdmaspawn.Popen median / subprocess.Popen's <= 1.05
 throughput vs subprocess (N thr)  rdmaspawn.Popen spawns/s / subprocess's,    >= 0.95
                                   N = 2 and 4 threads spawning at once
-CPU vs subprocess                 rdmaspawn.Popen's parent CPU per spawn /    <= 1.05
-                                  subprocess.Popen's
+CPU per spawn <= CPython's        rdmaspawn.Popen's parent CPU per spawn /    <= 1.0
+                                  subprocess.Popen's (and the same for
+                                  subprocess.Popen under patch())
 parallel                          rdmaspawn.Popen spawns/s, 2 threads / 1     >= 1.6
 ================================  ==========================================  =========
 
-The comparisons with subprocess.Popen ask for "no worse", 1.0, and allow
-NOISE_ALLOWANCE either way: both run side by side in the same rounds, but two
+The comparisons with subprocess.Popen ask for "no worse", 1.0; those of
+latency and throughput allow NOISE_ALLOWANCE either way (issue 29 asks the CPU
+per spawn for CPython's or less, as measured, with none): both run side by side in the same rounds, but two
 medians of the same code on a shared machine still differ by a few percent.
 Their notes also give the same ratio taken round by round (p25 .. p75 over the
 rounds): where that range is wide, the machine's noise is larger than the
@@ -27,7 +29,7 @@ allowance and the verdict says little either way.
 
 from __future__ import annotations
 
-from .model import DEFAULT_PATH, ENGINE, FLOOR, RDMASPAWN, Report, Target
+from .model import DEFAULT_PATH, ENGINE, FLOOR, PATCHED, RDMASPAWN, Report, Target
 from .numbers import fmt_gib, quantile, ratio
 
 FLAT_MAX = 1.10  # rdmaspawn latency at the largest resident size / at the smallest
@@ -35,7 +37,7 @@ THIN_FLOOR_MAX = 1.10  # rdmaspawn.Popen latency / the C floor's
 NOISE_ALLOWANCE = 0.05  # what "1.0 within noise" allows, side by side in one run
 LATENCY_VS_DEFAULT_MAX = 1.0 + NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen latency
 THROUGHPUT_VS_DEFAULT_MIN = 1.0 - NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen spawns/s
-CPU_VS_DEFAULT_MAX = 1.0 + NOISE_ALLOWANCE  # rdmaspawn.Popen / subprocess.Popen CPU per spawn
+CPU_VS_DEFAULT_MAX = 1.0  # rdmaspawn's parent CPU per spawn / subprocess.Popen's, as measured
 THROUGHPUT_THREADS = (2, 4)  # thread counts the throughput comparison is made at
 PARALLEL_MIN = 1.6  # rdmaspawn.Popen spawns/s with 2 threads / with 1
 MIN_ROUNDS_FOR_SPREAD = 4  # rounds below which a round-by-round spread says nothing
@@ -97,11 +99,12 @@ def round_ratio_spread(a: list[float], b: list[float]) -> list[float] | None:
     return None if p25 is None or p75 is None else [round(p25, 4), round(p75, 4)]
 
 
-def _side_by_side(report: Report, mem: float, threads: int, what: str
+def _side_by_side(report: Report, mem: float, threads: int, what: str, sid: str = RDMASPAWN
                   ) -> tuple[float | None, list[float] | None]:
-    """rdmaspawn.Popen over subprocess.Popen in one configuration: (ratio of the medians,
-    the throughputs or the CPU per spawn, as ``what`` says; its round-by-round spread)."""
-    rd = report.figures(mem, threads, RDMASPAWN)
+    """Spawner ``sid`` (rdmaspawn.Popen) over subprocess.Popen in one configuration: (ratio
+    of the medians, the throughputs or the CPU per spawn, as ``what`` says; its
+    round-by-round spread)."""
+    rd = report.figures(mem, threads, sid)
     df = report.figures(mem, threads, DEFAULT_PATH)
     if rd is None or df is None:
         return None, None
@@ -168,13 +171,17 @@ def targets(report: Report) -> list[Target]:
             f"rdmaspawn.Popen spawns/s / subprocess.Popen spawns/s, {n} threads spawning",
             fig, ">=", THROUGHPUT_VS_DEFAULT_MIN, note, spread))
 
-    fig, spread = _side_by_side(report, lo, lat_threads, "cpu")
-    out.append(_target(
-        "CPU vs subprocess",
-        "rdmaspawn.Popen's CPU per spawn / subprocess.Popen's, the spawning process's",
-        fig, "<=", CPU_VS_DEFAULT_MAX,
-        f"CPU per spawn (RUSAGE_SELF) at {fmt_gib(lo)}, {lat_threads} thread(s); 1.0 wanted, "
-        f"{NOISE_ALLOWANCE:g} allowed for noise", spread))
+    for sid, name, what in ((RDMASPAWN, "CPU per spawn <= CPython's", "rdmaspawn.Popen's"),
+                            (PATCHED, "CPU per spawn <= CPython's, patch()",
+                             "subprocess.Popen's under patch()")):
+        fig, spread = _side_by_side(report, lo, lat_threads, "cpu", sid)
+        note = (f"CPU per spawn (RUSAGE_SELF) at {fmt_gib(lo)}, {lat_threads} thread(s); "
+                "1.0 wanted, no allowance")
+        if report.figures(lo, lat_threads, sid) is None:
+            note = "not measured in this record"
+        out.append(_target(
+            name, f"{what} CPU per spawn / stock subprocess.Popen's, the spawning process's",
+            fig, "<=", CPU_VS_DEFAULT_MAX, note, spread))
 
     fig = None
     note = "not measured: needs --threads with 1 and 2"

@@ -28,6 +28,7 @@ FLOOR = "floor"  # the C posix_spawn loop, in its own process
 DEFAULT_PATH = "subprocess"  # CPython's subprocess.Popen, default path
 RDMASPAWN = "rdmaspawn"  # rdmaspawn.Popen
 ENGINE = "engine"  # rdmaspawn._native.engine.spawn
+PATCHED = "subprocess-patched"  # subprocess.Popen on what rdmaspawn.patch() puts under it
 
 # Spawner states, in SpawnerInfo.status and Figures.status.
 OK = "ok"

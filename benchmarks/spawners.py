@@ -1,14 +1,18 @@
 """The spawners compared: each starts the benchmark's child and waits for it.
 
-==================  ====================================================
-``rdmaspawn``       ``rdmaspawn.Popen(argv).wait()``
-``engine``          ``rdmaspawn._native.engine.spawn(...)`` then ``os.waitpid``
-``subprocess``      ``subprocess.Popen(argv).wait()``: CPython's default
-                    path (vfork on Linux since 3.10)
-``subprocess-fork`` the same with ``preexec_fn``, which forces fork()
-``posix_spawn``     ``os.posix_spawn`` then ``os.waitpid``
-``floor``           a C loop of posix_spawn + waitpid in its own process
-==================  ====================================================
+======================  ====================================================
+``rdmaspawn``           ``rdmaspawn.Popen(argv).wait()``
+``engine``              ``rdmaspawn._native.engine.spawn(...)`` then ``os.waitpid``
+``subprocess``          ``subprocess.Popen(argv).wait()``: CPython's default
+                        path (vfork on Linux since 3.10)
+``subprocess-patched``  ``subprocess.Popen(argv).wait()`` on what
+                        ``rdmaspawn.patch()`` puts under it (its ``fork_exec``
+                        and ``_posix_spawn``), on a subclass, so that stock
+                        ``subprocess`` runs unpatched in the same rounds
+``subprocess-fork``     ``subprocess.Popen`` with ``preexec_fn``, which forces fork()
+``posix_spawn``         ``os.posix_spawn`` then ``os.waitpid``
+``floor``               a C loop of posix_spawn + waitpid in its own process
+======================  ====================================================
 """
 
 from __future__ import annotations
@@ -20,9 +24,19 @@ from typing import Callable
 
 from rdmaspawn._native.engine import spawn as engine_spawn
 from rdmaspawn.dropin.popen import Popen as RdmaspawnPopen
+from rdmaspawn.dropin.posixspawn import posix_spawn_method
 
 from .build import Built
-from .model import DEFAULT_PATH, ENGINE, FLOOR, OK, RDMASPAWN, UNAVAILABLE, SpawnerInfo
+from .model import DEFAULT_PATH, ENGINE, FLOOR, OK, PATCHED, RDMASPAWN, UNAVAILABLE, SpawnerInfo
+
+
+class PatchedPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """``subprocess.Popen`` as ``rdmaspawn.patch()`` leaves it: CPython's own
+    ``_execute_child`` calling rdmaspawn's ``fork_exec``, and rdmaspawn's
+    ``_posix_spawn``; no pidfd, no SIGINT hold (those are rdmaspawn.Popen's)."""
+
+    _execute_child = RdmaspawnPopen._cpython_execute_child
+    _posix_spawn = posix_spawn_method
 
 
 @dataclass
@@ -66,6 +80,9 @@ def make_spawners(built: Built) -> list[Spawner]:
     def subprocess_default() -> None:
         _check_status("subprocess.Popen", subprocess.Popen(argv).wait())
 
+    def subprocess_patched() -> None:
+        _check_status("subprocess.Popen under patch()", PatchedPopen(argv).wait())
+
     def subprocess_fork() -> None:
         # preexec_fn forces fork(): that is the path this spawner measures.
         p = subprocess.Popen(argv, preexec_fn=_preexec_noop)  # noqa: PLW1509
@@ -84,6 +101,8 @@ def make_spawners(built: Built) -> list[Spawner]:
         Spawner(ENGINE, "rdmaspawn._native.engine.spawn + os.waitpid", engine),
         Spawner(DEFAULT_PATH, "subprocess.Popen(argv).wait() (CPython default path)",
                 subprocess_default),
+        Spawner(PATCHED, "subprocess.Popen(argv).wait() under rdmaspawn.patch()",
+                subprocess_patched),
         Spawner("subprocess-fork", "subprocess.Popen(argv, preexec_fn=...) (fork)",
                 subprocess_fork),
         Spawner("posix_spawn", "os.posix_spawn + os.waitpid", posix_spawn),

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
-           "close_fd", "environ_snapshot", "fork_exec_params", "fork_exec_new", "held_fork"]
+           "close_fd", "sigint_action", "set_sigint_action", "environ_snapshot", "fork_exec_params", "fork_exec_new", "held_fork"]
 
 
 @functools.cache
@@ -71,6 +71,11 @@ hand_pidfd: Callable[[int], None] = _functions.get("hand_pidfd", lib.rs_pidfd_ha
 take_pidfd: Callable[[], int] = _functions.get("take_pidfd", lib.rs_pidfd_take)
 #: os.close() for an fd whose close cannot block (a pidfd), keeping the GIL.
 close_fd: Callable[[int], None] = _functions.get("close_fd", os.close)
+#: SIGINT's ``struct sigaction`` as bytes (None where sigaction() fails), and
+#: putting it back: dropin.interrupts' hold, per Popen; None without ctypes
+#: (the hold then calls sigaction() through ctypes.CDLL itself).
+sigint_action: Callable[[], bytes | None] | None = _functions.get("sigint_action")
+set_sigint_action: Callable[[bytes], None] | None = _functions.get("set_sigint_action")
 #: A copy of the C environ array (its pointers and a NULL, as bytes), taken
 #: with the GIL held (csrc/python/environ.c); None without ctypes.
 environ_snapshot: Callable[[], bytes] | None = _functions.get("environ_snapshot")

@@ -319,16 +319,38 @@ def spawn_packed(request: SpawnRequest, setup_ptr: Any) -> tuple[int, int]:
         _id(uid, "uid") if uid is not None else -1,
         fail_status, res, setup_ptr)
     if res.err:
-        step = ffi.string(lib.rs_step_name(res.step)).decode()
-        pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
-        filename = None
-        if res.step == lib.RS_STEP_CHDIR:
-            filename = cwd
-        elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
-            filename = exec_list[res.exec_index]  # the path whose error this is
-        error = SpawnError(res.err, step, filename, pid)
-        error.in_setup = res.step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
-        raise error
+        raise _spawn_error(res, flags, cwd, exec_list)
+    return res.pid, res.pidfd
+
+
+def _spawn_error(res: Any, flags: int, cwd: object, exec_list: Sequence[object]) -> SpawnError:
+    """The SpawnError for a failed ``rs_spawn_packed()``'s ``struct rs_result``."""
+    step = ffi.string(lib.rs_step_name(res.step)).decode()
+    pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
+    filename = None
+    if res.step == lib.RS_STEP_CHDIR:
+        filename = cwd
+    elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
+        filename = exec_list[res.exec_index]  # the path whose error this is
+    error = SpawnError(res.err, step, filename, pid)
+    error.in_setup = res.step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
+    return error
+
+
+def spawn_plain(argv_blob: bytes, argc: int, executable: bytes, flags: int) -> tuple[int, int]:
+    """:func:`spawn_packed` for the plainest request, its strings converted
+    and checked already: ``argv_blob`` as :func:`_blob` makes it, one
+    executable path (no NUL), the environ array's copy, no cwd, no fd to
+    redirect, keep or close first, nothing else to set. The posix_spawn
+    path's usual call (``Popen(argv)``) on 3.13+, without the general path's
+    per-field conversions."""
+    res = ffi.new("struct rs_result *")
+    lib.rs_spawn_packed(
+        argv_blob, argc, executable + b"\0", 1, ffi.NULL, -1, environ_snapshot(), ffi.NULL,
+        ffi.NULL, 0, ffi.NULL, 0, -1, -1, -1, flags, lib.RS_CLOSE_AUTO, -1, -1, ffi.NULL, -1,
+        -1, -1, lib.RS_FAIL_STATUS_CPYTHON, res, ffi.NULL)
+    if res.err:
+        raise _spawn_error(res, flags, None, [executable])
     return res.pid, res.pidfd
 
 

@@ -35,7 +35,6 @@ import _signal  # signal's C half: the same calls without the enum conversions
 import signal
 import sys
 import threading
-from _thread import get_ident as _get_ident
 from types import FrameType
 from typing import Any, Callable
 
@@ -47,24 +46,24 @@ _SIGINT = int(signal.SIGINT)
 
 class _KernelAction:
     """SIGINT's ``struct sigaction`` as the kernel holds it, saved and put
-    back whole (opaque bytes: no layout is assumed, only a size that holds
-    it). Put back only where it differs from what Python's own signal()
-    installs (learned once): SA_RESTART from ``siginterrupt()``, or a
-    handler a C library installed under the Python one."""
+    back whole (opaque bytes: no layout is assumed). Put back only where it
+    differs from what Python's own signal() installs (learned once):
+    SA_RESTART from ``siginterrupt()``, or a handler a C library installed
+    under the Python one.
+
+    Read and written by the binding's builtins (csrc/python/functions.c), a
+    system call each; through ctypes, where those are missing, the same
+    calls cost the parent some 20 us per Popen."""
 
     def __init__(self) -> None:
-        import ctypes  # loaded already: rdmaspawn._native.capi uses it
+        from .._native import capi
 
-        self._sigaction = ctypes.CDLL(None, use_errno=True).sigaction
-        self._struct = ctypes.c_char * 512  # glibc's is 152 bytes on x86-64 and aarch64
-        # One buffer, reused (an allocation less per Popen): save() copies it
-        # out as bytes at once, and only the main thread calls it (hold()).
-        self._buffer = self._struct()
+        read, write = capi.sigint_action, capi.set_sigint_action
+        if read is None or write is None:
+            read, write = _ctypes_sigaction()
+        self.save: Callable[[], bytes | None] = read
+        self._write: Callable[[bytes], None] = write
         self._python_own: bytes | None = None
-
-    def save(self) -> bytes | None:
-        buffer = self._buffer
-        return buffer.raw if self._sigaction(_SIGINT, None, buffer) == 0 else None
 
     def restore(self, saved: bytes | None) -> None:
         """Just after Python's signal() put the handler back: its flags are
@@ -72,7 +71,25 @@ class _KernelAction:
         if self._python_own is None:
             self._python_own = self.save()
         if saved is not None and saved != self._python_own:
-            self._sigaction(_SIGINT, self._struct.from_buffer_copy(saved), None)
+            self._write(saved)
+
+
+def _ctypes_sigaction() -> tuple[Callable[[], bytes | None], Callable[[bytes], None]]:
+    """sigaction(SIGINT) read and written through ctypes (loaded already:
+    rdmaspawn._native.capi uses it), for a binding without the builtins."""
+    import ctypes
+
+    sigaction = ctypes.CDLL(None, use_errno=True).sigaction
+    struct = ctypes.c_char * 512  # glibc's is 152 bytes on x86-64 and aarch64
+
+    def read() -> bytes | None:
+        saved = struct()
+        return saved.raw if sigaction(_SIGINT, None, saved) == 0 else None
+
+    def write(saved: bytes) -> None:
+        sigaction(_SIGINT, struct.from_buffer_copy(saved), None)
+
+    return read, write
 
 
 _kernel: _KernelAction | None = None
@@ -143,8 +160,7 @@ class Held:
 
 def hold() -> Held | None:
     """Start holding SIGINT back, or None where its handler cannot run here."""
-    # get_ident() is C; current_thread() is Python code (every Popen pays it).
-    if _get_ident() != threading.main_thread().ident:
+    if threading.current_thread() is not threading.main_thread():
         return None
     handler = _signal.getsignal(_SIGINT)
     if not callable(handler):

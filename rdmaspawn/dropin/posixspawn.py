@@ -53,9 +53,61 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return bound
 
 
+# Where each parameter sits in CPython's positional call (self not counted),
+# for the plain case below.
+_AT = {name: i - 1 for i, name in enumerate(_PARAMETERS)}
+_FD_PARAMS = tuple(_AT[name] for name in ("p2cread", "p2cwrite", "c2pread", "c2pwrite",
+                                           "errread", "errwrite"))
+
+
+def _plain(args: tuple[Any, ...]) -> tuple[bytes, int, bytes] | None:
+    """``(argv blob, argc, executable)`` where the call is the plain one CPython
+    makes for ``Popen(argv)`` (positional, env None, no pipes, str or bytes
+    strings that pass posix_spawn's checks); else None, and the general path
+    sees the call afresh (and raises what posix_spawn raises)."""
+    if len(args) != len(_AT) - 1 or args[_AT["env"]] is not None:
+        return None
+    for i in _FD_PARAMS:
+        if args[i] != -1:
+            return None
+    argv, executable = args[_AT["args"]], args[_AT["executable"]]
+    if type(argv) is not list and type(argv) is not tuple:
+        return None
+    if type(executable) is str:
+        executable = os.fsencode(executable)
+    elif type(executable) is not bytes:
+        return None
+    try:
+        blob, argc = _engine._blob(argv)
+    except (TypeError, ValueError):
+        return None
+    if not argc or blob[0] == 0 or b"\0" in executable:  # empty argv, or its argv[0]
+        return None
+    return blob, argc, executable
+
+
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
     internals = _cpython.require()
+    plain = None if kwargs or internals.posix_spawn_environ else _plain(args)
+    if plain is not None:
+        # Popen(argv) on 3.13+: what the general path below does, its checks
+        # passed already, without its conversions (issue 29: parent CPU).
+        want_pidfd = _capi.pidfd_requested()
+        close_fds = "close_fds" in _AT and args[_AT["close_fds"]]  # a parameter since 3.13
+        flags = ((close_fds and _request.CLOSE_FDS)
+                 | (args[_AT["restore_signals"]] and _request.RESTORE_SIGNALS)
+                 | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
+        try:
+            pid, pidfd = _engine.spawn_plain(*plain, flags)
+        except _engine.SpawnError as err:
+            raise OSError(err.errno, os.strerror(err.errno), args[_AT["executable"]]) from None
+        if want_pidfd:
+            _capi.hand_pidfd(pidfd)
+        self.pid = pid
+        self._child_created = True
+        self._close_pipe_fds(-1, -1, -1, -1, -1, -1)
+        return
     a = _bind((self, *args), kwargs)
     env: Mapping[Any, Any] | None = a["env"]
     if env is None and internals.posix_spawn_environ:
