@@ -12,12 +12,12 @@ with the real madvise(), as rdma-core 35-50 does with fork protection on.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import standin_verbs
 
 VERBS = r"""
 #include <stddef.h>
@@ -62,14 +62,7 @@ print(json.dumps({"refused": refused, "named": named, "probes": probes[0],
 
 @pytest.fixture(scope="module")
 def stand_in_verbs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stand-in libibverbs")
-    d = tmp_path_factory.mktemp("verbs")
-    (d / "verbs.c").write_text(VERBS)
-    lib = d / "libibverbs.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(d / "verbs.c")], check=True)
-    return lib
+    return standin_verbs.build(tmp_path_factory, VERBS)
 
 
 def test_guarded_forks_beside_fork_status(stand_in_verbs: Path) -> None:

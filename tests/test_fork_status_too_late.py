@@ -16,12 +16,12 @@ a later ibv_fork_init() fail, and once on, ranges are marked with madvise().
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import standin_verbs
 
 VERBS = r"""
 #include <errno.h>
@@ -66,14 +66,7 @@ print(json.dumps({"fork_status": state, "ibv_fork_init": lib.ibv_fork_init()}))
 
 @pytest.fixture(scope="module")
 def stand_in_verbs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stand-in libibverbs")
-    d = tmp_path_factory.mktemp("verbs")
-    (d / "verbs.c").write_text(VERBS)
-    lib = d / "libibverbs.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(d / "verbs.c")], check=True)
-    return lib
+    return standin_verbs.build(tmp_path_factory, VERBS)
 
 
 def _run(lib: Path, first: str) -> dict[str, object]:

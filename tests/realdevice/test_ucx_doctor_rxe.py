@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mpistack import require_mpi_stack
 from record import record
-from verbs import have_device
 
 RANK = str(Path(__file__).resolve().parent / "ucx_doctor_rank.py")
 # Open MPI 4.1's pml ucx takes only mlx devices unless told "any".
@@ -40,24 +39,7 @@ SETTINGS = {"defaults": {}, "purge off": {"UCX_RCACHE_PURGE_ON_FORK": "n"},
 PREFIX = {"mpirun under rdmaspawn run": [sys.executable, "-m", "rdmaspawn", "run", "--"]}
 
 
-def _require(ok: bool, why: str) -> None:
-    if ok:
-        return
-    if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1" and \
-            os.environ.get("RDMASPAWN_REQUIRE_UCX") == "1":
-        pytest.fail(f"RDMASPAWN_REQUIRE_RXE=1 and RDMASPAWN_REQUIRE_UCX=1 but {why}",
-                    pytrace=False)
-    pytest.skip(f"{why}: runs in the soft-RoCE VM (.ci/lanes/rxe.sh)", allow_module_level=True)
-
-
-_require(have_device(), "there is no RDMA device (/dev/infiniband/uverbs0)")
-try:
-    import mpi4py  # noqa: F401
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
-_require(HAVE_MPI4PY and shutil.which("mpirun") is not None,
-         f"mpi4py or mpirun is missing for {sys.executable}")
+require_mpi_stack()
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))

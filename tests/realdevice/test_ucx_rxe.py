@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from mpistack import require_mpi_stack
 from record import record
-from verbs import have_device
 
 HERE = Path(__file__).resolve().parent
 RANK = str(HERE / "ucx_rank.py")
@@ -38,24 +36,7 @@ UCX = {"UCX_TLS": "rc_verbs,ud_verbs,self", "UCX_NET_DEVICES": "rxe0:1",
 PURGE: dict[str, dict[str, str]] = {"defaults": {}}
 
 
-def _require(ok: bool, why: str) -> None:
-    if ok:
-        return
-    if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1" and \
-            os.environ.get("RDMASPAWN_REQUIRE_UCX") == "1":
-        pytest.fail(f"RDMASPAWN_REQUIRE_RXE=1 and RDMASPAWN_REQUIRE_UCX=1 but {why}",
-                    pytrace=False)
-    pytest.skip(f"{why}: runs in the soft-RoCE VM (.ci/lanes/rxe.sh)", allow_module_level=True)
-
-
-_require(have_device(), "there is no RDMA device (/dev/infiniband/uverbs0)")
-try:
-    import mpi4py  # noqa: F401
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
-_require(HAVE_MPI4PY and shutil.which("mpirun") is not None,
-         f"mpi4py or mpirun is missing for {sys.executable}")
+require_mpi_stack()
 
 
 def _mpirun(ways: str, purge: str, prefix: tuple[str, ...] = (),
