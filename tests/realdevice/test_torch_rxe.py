@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from needs import require
 from record import record
 from verbs import have_device
 
@@ -27,23 +27,16 @@ LOADER = str(HERE / "torch_loader.py")
 MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
 
 
-def _require(ok: bool, why: str) -> None:
-    if ok:
-        return
-    if os.environ.get("RDMASPAWN_REQUIRE_RXE") == "1" and \
-            os.environ.get("RDMASPAWN_REQUIRE_TORCH") == "1":
-        pytest.fail(f"RDMASPAWN_REQUIRE_RXE=1 and RDMASPAWN_REQUIRE_TORCH=1 but {why}",
-                    pytrace=False)
-    pytest.skip(f"{why}: runs in the soft-RoCE VM (.ci/lanes/rxe.sh)", allow_module_level=True)
+_VARIABLES = ("RDMASPAWN_REQUIRE_RXE", "RDMASPAWN_REQUIRE_TORCH")
 
 
-_require(have_device(), "there is no RDMA device (/dev/infiniband/uverbs0)")
+require(have_device(), "there is no RDMA device (/dev/infiniband/uverbs0)", *_VARIABLES)
 try:
     import torch  # noqa: F401
     HAVE_TORCH = True
 except ImportError:
     HAVE_TORCH = False
-_require(HAVE_TORCH, f"torch does not import in {sys.executable}")
+require(HAVE_TORCH, f"torch does not import in {sys.executable}", *_VARIABLES)
 
 
 def _run(prefix: list[str]) -> dict:
