@@ -129,6 +129,7 @@ fi
 say "fetched: $(tr '\n' ' ' <"$work/fetch.log")"
 mkdir -p "$work/tests"
 cp -r "$repo/tests/realdevice" "$work/tests/"
+cp "$repo/tests/vm_watchdog.sh" "$work/tests/"  # rxe_vm.sh sources it from ../
 
 # One job directory per VM (read-write in it); binds: what the VM sees of the host.
 for k in 6.1 5.10; do
