@@ -41,13 +41,24 @@ if layout == "aligned":
     area = libc.mmap(None, 3 * size, 0, ANON, -1, 0)
     start = (area + size) & ~(size - 1)
     assert libc.mprotect(start, size, RW) == 0
+elif layout == "lone":
+    # A page far below where mmap() places anything (MAP_FIXED_NOREPLACE at
+    # 16 TiB): a page between two holes would have later small mappings (an
+    # import, the guard's first fork; seen on CPython 3.15) fill a hole.
+    hint = 1 << 44
+    start = libc.mmap(hint, page, RW, ANON | 0x100000, -1, 0)
+    if start != hint:  # no room there (a smaller address space): a page between holes
+        if start not in (None, (1 << 64) - 1):
+            libc.munmap(start, page)
+        base = libc.mmap(None, 3 * page, RW, ANON, -1, 0)
+        start = base + page
+        libc.munmap(base, page)
+        libc.munmap(base + 2 * page, page)
+    ctypes.memset(start, 1, page)
 else:
     base = libc.mmap(None, 3 * page, RW, ANON, -1, 0)
     start = base + page
-    if layout == "lone":
-        libc.munmap(base, page)
-        libc.munmap(base + 2 * page, page)
-    elif layout == "guarded":
+    if layout == "guarded":
         libc.mprotect(base, page, 0)
         libc.mprotect(base + 2 * page, page, 0)
     else:
