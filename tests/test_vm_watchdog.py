@@ -71,7 +71,7 @@ def test_starved_vm_is_not_killed(tmp_path):
     """Stopped for 3 s of wall clock, three times the CPU limit: no CPU, no kill."""
     rc, err, log = watch(
         tmp_path, [sys.executable, "-c", STOPPED], cpu=1, wall=600,
-        before_wait=f"(until grep -q booted '{tmp_path / 'console'}'; do sleep 0.1; done;"
+        before_wait=f"(until grep -qs booted '{tmp_path / 'console'}'; do sleep 0.1; done;"
                     ' sleep 3; kill -CONT "$fake") &')
     assert rc == 0, err
     assert err == "", err
