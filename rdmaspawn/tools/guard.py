@@ -49,6 +49,13 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
 
 ``fork_exec`` is positional only; which argument is which on each version,
 and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
+
+Why one module of this length: it has one job, the guard's Python side (what
+it wraps, how a wrapper decides, how it comes off again), and it is the module
+``RDMASPAWN=on`` loads into every interpreter at start-up, where each further
+module is an import every interpreter pays (issue 29). The part that runs only
+at a fork (:func:`_check` to :func:`_hazard`) could live in a module of its own
+loaded at the first fork; that split is the next step, not taken yet.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
