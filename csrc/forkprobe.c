@@ -10,20 +10,18 @@
  * later ibv_fork_init() returns EINVAL (issue 27, item 7).
  */
 #define _GNU_SOURCE
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "rdmaspawn.h"
 
-/* From /proc/self/smaps: with addr, 1 if the mapping holding it is "dc"
- * (MADV_DONTFORK), 0 if not; with addr 0, 1 if any mapping that is not
- * device memory is. -1 if smaps cannot be read or addr is not mapped. */
-static int smaps_dc(uintptr_t addr)
+/* From /proc/self/smaps: 1 if any mapping that is not device memory is "dc"
+ * (MADV_DONTFORK), 0 if none is, -1 if smaps cannot be read. */
+int rs_dontfork_anywhere(void)
 {
     FILE *f = fopen("/proc/self/smaps", "re");
     char line[8192];
-    int at_start = 1, inside = 0, found = addr ? -1 : 0;
+    int at_start = 1, counts = 0, found = 0;
     if (!f)
         return -1;
     while (fgets(line, sizeof line, f)) {
@@ -40,25 +38,14 @@ static int smaps_dc(uintptr_t addr)
             char *nl = strchr(line + path_at, '\n');
             if (nl)
                 *nl = 0;
-            inside = addr ? addr >= lo && addr < hi : !rs_driver_mapping(line + path_at, 0);
-        } else if (at_start && inside && strncmp(line, "VmFlags:", 8) == 0) {
-            int dc = strstr(line, " dc") != NULL;
-            if (addr) {
-                found = dc;
-                break;
-            }
-            if (dc) {
-                found = 1;
-                break;
-            }
+            counts = !rs_driver_mapping(line + path_at, 0);
+        } else if (at_start && counts && strncmp(line, "VmFlags:", 8) == 0
+                   && strstr(line, " dc") != NULL) {
+            found = 1;
+            break;
         }
         at_start = whole;
     }
     fclose(f);
     return found;
-}
-
-int rs_dontfork_anywhere(void)
-{
-    return smaps_dc(0);
 }
