@@ -19,7 +19,8 @@
 #    venv that sees python3-pyverbs (registrations made by rdma-core's own
 #    bindings) and test_repair_integrity_rxe.py (the fork repair's data
 #    after a fork: a loopback queue pair's RDMA WRITE and SEND) and
-#    test_ucx_rxe.py and test_ucx_doctor_rxe.py (Open MPI + UCX + mpi4py ranks on rxe0, their spawns and their doctor), then
+#    test_ucx_rxe.py (Open MPI + UCX + mpi4py ranks on rxe0, with UCX's
+#    defaults and with its purge on fork off: their spawns and their doctor), then
 #    tests/realdevice/test_torch_rxe.py on CPython 3.11 with torch (a
 #    DataLoader's fork workers after a real registration), the same boot: a
 #    VM boot costs more than the tests.  The 5.10 VM runs
@@ -180,7 +181,7 @@ JOB
 # Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
 # in subprocess) on 5.10; both VMs run the matrix.  On Debian's CPython with
 # pyverbs: 6.1 all of it, 5.10 the fork repair's test (there: its refusal).
-job 6.1 3.13 "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py realdevice/test_ucx_rxe.py realdevice/test_ucx_doctor_rxe.py" \
+job 6.1 3.13 "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py realdevice/test_ucx_rxe.py" \
   >"$work/vm-6.1/job.sh"
 job 5.10 3.9 realdevice/test_repair_integrity_rxe.py >"$work/vm-5.10/job.sh"
 

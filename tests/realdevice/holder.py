@@ -88,13 +88,13 @@ def fork_python() -> str:
     return result if result != "exit 0" or data == b"499500" else f"bad answer {data!r}"
 
 
-def mp_fork_pool() -> str:
+def mp_fork_pool(limit: int = 60) -> str:
     # A Pool whose workers die restarts them for ever: bounded here.
     pool = multiprocessing.get_context("fork").Pool(2)
     try:
-        got = pool.map_async(abs, range(-8, 0)).get(timeout=60)
+        got = pool.map_async(abs, range(-8, 0)).get(timeout=limit)
     except multiprocessing.TimeoutError:
-        return "hung (no result in 60 s)"
+        return f"hung (no result in {limit} s)"
     finally:
         pool.terminate()
         pool.join()

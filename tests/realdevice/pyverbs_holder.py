@@ -14,7 +14,9 @@ libibverbs), with RDMAV_FORK_SAFE=1.  KIND:
 Prints one JSON line (the registration, the mapping it lies in, whether each
 of its pages is ``dc`` in /proc/self/smaps, pyverbs' and rdmaspawn's fork
 state, each way's outcome: holder.py's ways), then ``holding``, and waits for
-stdin to close, so that the doctor can inspect it.
+stdin to close, so that the doctor can inspect it.  A line ``protect`` on
+stdin puts patch() and guard("raise") in force and forks under the guard;
+it answers with one JSON line, the guard's choice.
 """
 
 from __future__ import annotations
@@ -61,6 +63,22 @@ def smaps_pages(start: int, length: int) -> dict[str, object]:
     return {"where": path or "anonymous", "pages": len(pages), "dc": marked == pages}
 
 
+def protect() -> dict[str, object]:
+    """Put patch() and guard("raise") in force, as a job would, then fork
+    under the guard: what it did with the fork (the doctor, asked next,
+    must give the same answer from the same rule: issue 28, item 4)."""
+    rdmaspawn.patch()
+    rdmaspawn.guard("raise")
+    try:
+        pid = os.fork()
+    except rdmaspawn.ForkHazardError:
+        return {"guard": "refused"}
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return {"guard": f"allowed: {holder._status(os.waitstatus_to_exitcode(status))}"}
+
+
 def main() -> int:
     kind = sys.argv[1]
     context = Context(name=DEVICE)
@@ -88,7 +106,9 @@ def main() -> int:
     }
     print(json.dumps(report), flush=True)
     print("holding", flush=True)
-    sys.stdin.read()
+    for line in sys.stdin:  # until stdin closes
+        if line == "protect\n":
+            print(json.dumps(protect()), flush=True)
     del mr, cq, pd, context  # kept alive (registered) until the doctor is done
     return 0
 

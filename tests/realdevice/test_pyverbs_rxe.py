@@ -52,6 +52,10 @@ _require(HAVE_PYVERBS, f"pyverbs does not import in {sys.executable}",
          ("RDMASPAWN_REQUIRE_RXE", "RDMASPAWN_REQUIRE_PYVERBS"))
 
 
+#: The holders by pid, for the tests that talk to one (a line on its stdin).
+_HOLDERS: dict[int, subprocess.Popen] = {}
+
+
 @pytest.fixture(scope="module", params=("own", "arena"))
 def held(request):
     """A holder per kind that registered through pyverbs, ran the ways, and holds on."""
@@ -64,7 +68,9 @@ def held(request):
     report = json.loads(line)
     record(f"pyverbs-{request.param}", report)  # the control's outcome among the rest
     assert proc.stdout.readline() == "holding\n"
+    _HOLDERS[proc.pid] = proc
     yield proc.pid, report
+    del _HOLDERS[proc.pid]
     proc.stdin.close()
     assert proc.wait() == 0
 
@@ -113,6 +119,39 @@ def test_doctor_pid(held):
     assert report["verdict"] == "HAZARD", report["findings"]
     assert kinds == ({"heap"} if r["kind"] == "own" else {"arena"}), report["findings"]
     assert code == 1
+
+
+def test_doctor_pid_sees_the_protection(held):
+    """The doctor's protection markers on real registrations (issue 28, item
+    4): the holder is "not protected" until it puts patch() and
+    guard("raise") in force, then "protected" by both; and the guard, asked to
+    fork, refuses exactly where the doctor says HAZARD (one rule)."""
+    pid, r = held
+    before = json.loads(_doctor("--pid", str(pid))[0])
+    assert before["rdmaspawn"]["protection"] == "not protected", before["rdmaspawn"]
+    proc = _HOLDERS[pid]
+    proc.stdin.write("protect\n")
+    proc.stdin.flush()
+    answer = json.loads(proc.stdout.readline())
+    after = json.loads(_doctor("--pid", str(pid))[0])
+    record(f"pyverbs-{r['kind']}-protected", {"guard": answer, "doctor": after["rdmaspawn"],
+                                               "verdict": after["verdict"]})
+    assert after["rdmaspawn"]["protection"] == "protected", after["rdmaspawn"]
+    assert {"patch", "guard"} <= set(after["rdmaspawn"]["protected_by"]), after["rdmaspawn"]
+    assert answer["guard"] == ("refused" if after["verdict"] == "HAZARD" else "allowed: exit 0")
+
+
+def test_doctor_labels_the_arena_header_only_where_one_is(held):
+    """The arena kind's page is its thread heap's first (heap_info and
+    malloc_state); pyverbs' own page lies in the main heap: no arena label."""
+    pid, r = held
+    report = json.loads(_doctor("--pid", str(pid))[0])
+    said = [f["note"] for f in report["findings"] if f["risk"] != "none"]
+    headers = [w for w in said if "heap_info header" in w]
+    if r["kind"] == "arena":
+        assert headers, said
+    else:
+        assert not headers and not any("arena" in w for w in said), said
 
 
 def _doctor(*args: str) -> tuple[str, int]:

@@ -1,14 +1,22 @@
 """Open MPI + UCX + mpi4py on the soft-RoCE device: registrations made by a
-real third-party stack (issue 28, item 3).
+real third-party stack, the spawns beside them and the doctor's view of them
+(issue 28, items 3 and 4).
 
 Runs in the soft-RoCE VM of .ci/lanes/rxe.sh (Linux 6.1, rdma-core 44) on
 Debian's CPython in the venv that sees Debian's python3-mpi4py; elsewhere it
 skips, except under RDMASPAWN_REQUIRE_RXE=1 with RDMASPAWN_REQUIRE_UCX=1
 (the lane sets both), where a missing device or mpi4py fails.  Two ranks
 (ucx_rank.py) swap 4 MiB buffers over rxe0 (UCX registers them; its default
-UCX_IB_FORK_INIT=try has rdma-core 44 mark them), with UCX's defaults, then
-start children.  The stock ways are the
+UCX_IB_FORK_INIT=try has rdma-core 44 mark them), have the doctor look at
+them, then start children; with UCX's defaults, and with its purge on fork
+off (UCX_RCACHE_PURGE_ON_FORK=n, UCX_IB_RCACHE_PURGE_ON_FORK=n: its at-fork
+handler then leaves the cached buffers marked).  The stock ways are the
 control, recorded as they come; every rdmaspawn way must exit 0.
+
+With the purge off the control's children lack pages: os.fork() children die
+of SIGSEGV, and a child that runs Python code can hang instead, since UCX's
+SIGSEGV handler (inherited) waits on a lock in the child for ever; the
+rank bounds each control way (CONTROL_LIMIT) and records "hung".
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mpistack import require_mpi_stack
 from record import record
 
@@ -30,22 +39,27 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
           "--mca", "pml_ucx_devices", "any"]
 UCX = {"UCX_TLS": "rc_verbs,ud_verbs,self", "UCX_NET_DEVICES": "rxe0:1",
        "UCX_IB_GID_INDEX": "0", "OMPI_MCA_btl": "^openib,tcp,vader"}
-# UCX's defaults only: with its purge on fork off (UCX_RCACHE_PURGE_ON_FORK=n,
-# UCX_IB_RCACHE_PURGE_ON_FORK=n) the control's mpirun hung here, the VM idle
-# (not yet understood; see the ucx helper's report of 2026-12-03).
-PURGE: dict[str, dict[str, str]] = {"defaults": {}}
+PURGE: dict[str, dict[str, str]] = {
+    "defaults": {},
+    "purge off": {"UCX_RCACHE_PURGE_ON_FORK": "n", "UCX_IB_RCACHE_PURGE_ON_FORK": "n"},
+}
+#: Seconds a control way may take before it is recorded as hung: a healthy
+#: one takes a few (TCG, a loaded machine), a deadlocked child would take
+#: for ever, and every second of it is the VM's idle time.
+CONTROL_LIMIT = 30
 
 
 require_mpi_stack()
 
 
 def _mpirun(ways: str, purge: str, prefix: tuple[str, ...] = (),
-            env: dict[str, str] | None = None) -> list[dict]:
+            env: dict[str, str] | None = None, limit: int | None = None) -> list[dict]:
     e = {**os.environ, **UCX, **PURGE[purge], **(env or {})}
     names = sorted({*UCX, *PURGE[purge], *(env or {})})
     exports = [a for n in names for a in ("-x", n)]
-    r = subprocess.run([*prefix, *MPIRUN, *exports, sys.executable, RANK, ways], env=e,
-                       capture_output=True, text=True, timeout=600)
+    bound = [] if limit is None else [str(limit)]
+    r = subprocess.run([*prefix, *MPIRUN, *exports, sys.executable, RANK, ways, *bound],
+                       env=e, capture_output=True, text=True, timeout=900)
     lines = [x for x in r.stdout.splitlines() if x.startswith("RANKS ")]
     assert r.returncode == 0 and lines, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
     ranks: list[dict] = json.loads(lines[-1][len("RANKS "):])
@@ -62,42 +76,67 @@ def _all_exit_0(ranks: list[dict]) -> None:
     assert not bad, (bad, ranks)
 
 
-def test_stock_ways_control():
+def _doctor_knows(ranks: list[dict], purge: str, protected: bool) -> None:
+    """What the doctor said of each rank (it ran while the buffers were
+    registered): UCX loaded, its fork_init default, its purge as set, and the
+    protection as it is: by the patch at least where RDMASPAWN is on."""
+    for x in ranks:
+        d = x["doctor"]
+        assert d["exit"] in (0, 1), x   # 1: a HAZARD verdict, still a report
+        assert d["ucx"]["loaded"] is True, x
+        assert d["ucx"]["fork_init"] == "try (default)", x
+        assert d["ucx"]["purge_on_fork"] is (purge == "defaults"), x
+        if protected:
+            assert d["rdmaspawn"]["protection"] == "protected", x
+            assert "patch" in d["rdmaspawn"]["protected_by"], x
+        else:
+            assert d["rdmaspawn"]["protection"] == "not protected", x
+
+
+def _name(purge: str) -> str:
+    return purge.replace(" ", "-")
+
+
+@pytest.mark.parametrize("purge", list(PURGE))
+def test_stock_ways_control(purge):
     """The control: CPython's own ways after UCX's traffic, recorded as they
-    come (RDMASPAWN_RXE_OUT/py311-ucx-control-*.json and the output)."""
-    ranks = _mpirun("stock", "defaults")
-    record("ucx-control-defaults", {"ranks": ranks})
+    come (RDMASPAWN_RXE_OUT/py311-ucx-control-*.json and the output), each
+    bounded at CONTROL_LIMIT s."""
+    ranks = _mpirun("stock", purge, limit=CONTROL_LIMIT)
+    record(f"ucx-control-{_name(purge)}", {"ranks": ranks})
     assert all(x["dc"] > 0 for x in ranks), ranks  # UCX's registrations are marked
+    assert all(len(x["ways"]) == 5 for x in ranks), ranks
+    _doctor_knows(ranks, purge, protected=False)
 
 
-def test_rdmaspawn_popen_and_patch():
-    """rdmaspawn.Popen and subprocess under patch() in each rank: exit 0."""
-    ranks = _mpirun("rdmaspawn", "defaults")
-    record("ucx-rdmaspawn", {"ranks": ranks})
-    _all_exit_0(ranks)
-
-
-def test_repair_fork():
-    """rdmaspawn.repair_fork() after the traffic, then the stock
-    ways: exit 0."""
-    ranks = _mpirun("repaired", "defaults")
-    record("ucx-repaired", {"ranks": ranks})
+@pytest.mark.parametrize("purge", list(PURGE))
+def test_rdmaspawn_ways_and_repair_fork(purge):
+    """rdmaspawn.Popen and subprocess under patch() in each rank, then
+    rdmaspawn.repair_fork() and the stock ways: every one exits 0."""
+    ranks = _mpirun("rdmaspawn+repaired", purge)
+    record(f"ucx-rdmaspawn-{_name(purge)}", {"ranks": ranks})
     assert all(x["repair"] for x in ranks), ranks
     _all_exit_0(ranks)
 
 
-def test_rdmaspawn_on_in_every_rank():
-    """RDMASPAWN=on exported to the ranks: every way exits 0."""
-    ranks = _mpirun("all", "defaults", env={"RDMASPAWN": "on"})
-    record("ucx-rdmaspawn-on", {"ranks": ranks})
+@pytest.mark.parametrize("purge", list(PURGE))
+def test_rdmaspawn_on_in_every_rank(purge):
+    """RDMASPAWN=on exported to the ranks: every way exits 0, and the doctor
+    calls each rank protected."""
+    ranks = _mpirun("all", purge, env={"RDMASPAWN": "on"})
+    record(f"ucx-rdmaspawn-on-{_name(purge)}", {"ranks": ranks})
     assert all(x["RDMASPAWN"] == "on" for x in ranks), ranks
     _all_exit_0(ranks)
+    _doctor_knows(ranks, purge, protected=True)
 
 
-def test_mpirun_under_rdmaspawn_run():
-    """The whole mpirun under ``rdmaspawn run``: the ranks get it
-    (the repair or the patch from start-up) and every way exits 0."""
-    ranks = _mpirun("all", "defaults", prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
-    record("ucx-rdmaspawn-run", {"ranks": ranks})
+@pytest.mark.parametrize("purge", list(PURGE))
+def test_mpirun_under_rdmaspawn_run(purge):
+    """The whole mpirun under ``rdmaspawn run``: the ranks get it (the repair
+    or the patch from start-up), every way exits 0, and the doctor calls each
+    rank protected."""
+    ranks = _mpirun("all", purge, prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
+    record(f"ucx-rdmaspawn-run-{_name(purge)}", {"ranks": ranks})
     assert all(x["RDMASPAWN"] for x in ranks), ranks  # run's variable reached the ranks
     _all_exit_0(ranks)
+    _doctor_knows(ranks, purge, protected=True)

@@ -1,15 +1,19 @@
 """An mpi4py rank that moves buffers through Open MPI + UCX, then starts children.
 
-    mpirun -np 2 ... python ucx_rank.py WAYS
+    mpirun -np 2 ... python ucx_rank.py WAYS [LIMIT]
 
 The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
-them) and check what arrived.  Then each rank runs WAYS: ``stock`` (CPython's
-own ways: the control), ``rdmaspawn`` (rdmaspawn.Popen, subprocess under
-patch()), ``repaired`` (rdmaspawn.repair_fork(), then the stock ways) or
-``all`` (the stock ways and rdmaspawn.Popen, for a rank under RDMASPAWN=on or
-``rdmaspawn run``, where the stock ways are rdmaspawn's).  Rank 0 prints one
-JSON line: each rank's count of marked (``dc``) mappings and each way's outcome.
+them) and check what arrived.  Each rank then has the doctor look at it from
+outside (``rdmaspawn doctor --pid PID --json``, started with rdmaspawn.Popen
+while the buffers are registered) and runs WAYS: ``stock`` (CPython's own
+ways: the control), ``rdmaspawn+repaired`` (rdmaspawn.Popen and subprocess
+under patch(), then rdmaspawn.repair_fork() and the stock ways) or ``all``
+(the stock ways and rdmaspawn.Popen, for a rank under RDMASPAWN=on or
+``rdmaspawn run``, where the stock ways are rdmaspawn's).  Each way is
+bounded at LIMIT seconds (default 90): a child that deadlocks is an outcome
+("hung"), not a hung rank.  Rank 0 prints one JSON line: each rank's count of
+marked (``dc``) mappings, the doctor's answers and each way's outcome.
 """
 
 from __future__ import annotations
@@ -36,20 +40,23 @@ from mpi4py import MPI  # noqa: E402
 import rdmaspawn  # noqa: E402
 
 SIZE = 4 << 20
-#: Seconds a way may take (the fork Pool bounds itself at 60).
-LIMIT = 90
+#: Seconds a way may take, unless the command line says (the control's
+#: children can deadlock: UCX's SIGSEGV handler, inherited by a fork child
+#: that lacks a marked page, waits on a lock for ever).
+LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else 90
 STOCK = {
     "os.fork running Python": fork_python,
     "os.fork+exec": os_fork,
     "subprocess preexec_fn": subprocess_preexec,
-    "multiprocessing fork Pool": mp_fork_pool,
+    "multiprocessing fork Pool": lambda: mp_fork_pool(min(LIMIT, 60)),
     "subprocess": subprocess_plain,
 }
+RDMASPAWN = {"rdmaspawn.Popen": rdmaspawn_popen,
+             "patch() subprocess": _patched(subprocess_plain)}
 WAYS = {
     "stock": STOCK,
-    "rdmaspawn": {"rdmaspawn.Popen": rdmaspawn_popen,
-                  "patch() subprocess": _patched(subprocess_plain)},
-    "repaired": STOCK,
+    "rdmaspawn+repaired": {**RDMASPAWN, "repair_fork()": lambda: "exit 0",
+                           **{f"repaired {name}": way for name, way in STOCK.items()}},
     "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
 }
 
@@ -67,30 +74,62 @@ def _children() -> list[int]:
     return found
 
 
+def _in_sigsegv_handler(pid: int) -> bool:
+    """Whether ``pid`` runs a SIGSEGV handler now: SIGSEGV is blocked while
+    one runs (no SA_NODEFER), and no child here blocks it otherwise."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            blocked = next(int(x.split()[1], 16) for x in f if x.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return bool(blocked >> (signal.SIGSEGV - 1) & 1)
+
+
 def bounded(way: Callable[[], str]) -> str:
     """The way's outcome, or "hung" after LIMIT s: a control child that
-    deadlocks must not hang the rank (its children are then killed)."""
+    deadlocks must not hang the rank (its children are then killed).  A
+    child found inside a SIGSEGV handler then is named as such: it got the
+    seed's SIGSEGV, and UCX's handler (inherited) is where it hangs, or still
+    prints its backtrace under TCG."""
     def expire(signum: int, frame: object) -> None:
         raise TimeoutError(f"hung (no outcome in {LIMIT} s)")
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(LIMIT)
+    in_handler = False
     try:
-        return outcome(way)
+        result = outcome(way)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
         for pid in _children():
+            in_handler = _in_sigsegv_handler(pid) or in_handler
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+    if in_handler and "hung" in result:
+        return f"signal 11, then hung in the SIGSEGV handler (no outcome in {LIMIT} s)"
+    return result
 
 
 def marked() -> int:
     """How many mappings of this process are ``dc`` (MADV_DONTFORK) in smaps."""
     with open("/proc/self/smaps") as f:
         return sum(1 for line in f if line.startswith("VmFlags:") and " dc" in line)
+
+
+def doctor() -> dict:
+    """``rdmaspawn doctor --pid`` of this rank: its exit status and the fields
+    that issue 28 asks of it (the verdict, the protection, UCX's settings)."""
+    proc = rdmaspawn.Popen([sys.executable, "-m", "rdmaspawn", "doctor", "--pid",
+                            str(os.getpid()), "--json"], stdout=rdmaspawn.PIPE, text=True)
+    out, _ = proc.communicate(timeout=600)
+    report = json.loads(out)
+    return {"exit": proc.returncode, "verdict": report.get("verdict"),
+            "rdmaspawn": report.get("rdmaspawn"), "ucx": report.get("ucx"),
+            "kinds": sorted({f["kind"] for f in report.get("findings", ())
+                             if f["risk"] != "none"})}
 
 
 def main() -> int:
@@ -108,10 +147,14 @@ def main() -> int:
                     "fork_status": rdmaspawn.fork_status().state,
                     "RDMASPAWN": os.environ.get("RDMASPAWN"),
                     "repair_state": rdmaspawn.fork_status().repair}
-    if ways == "repaired":
-        report["repair"] = rdmaspawn.repair_fork().active
-        report["dc_after_repair"] = marked()
-    report["ways"] = {name: bounded(way) for name, way in WAYS[ways].items()}
+    comm.Barrier()  # both ranks' buffers registered while each doctor looks
+    report["doctor"] = doctor()
+    report["ways"] = {}
+    for name, way in WAYS[ways].items():
+        if name == "repair_fork()":
+            report["repair"] = rdmaspawn.repair_fork().active
+            report["dc_after_repair"] = marked()
+        report["ways"][name] = bounded(way)
     reports = comm.gather(report, root=0)
     if rank == 0:
         print("RANKS " + json.dumps(reports), flush=True)
