@@ -157,20 +157,20 @@ unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"
 matrix=\$!
 mkdir -p "$work/vm-$1/out"
 RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
-  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
+  -p no:cacheprovider -v --durations=10 -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
   tee "$work/vm-$1/pytest.log" || rc=1
 JOB
   [ -n "${3:-}" ] && cat <<JOB
 echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page
 RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_REQUIRE_UCX=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-pyverbs/bin/python" -m pytest \\
-  -p no:cacheprovider -v -o console_output_style=classic $3 2>&1 |
+  -p no:cacheprovider -v --durations=10 -o console_output_style=classic $3 2>&1 |
   tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
 JOB
   [ "$1" = 6.1 ] && cat <<JOB
 RDMASPAWN_REQUIRE_TORCH=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
   "$work/venv-torch/bin/python" -m pytest \\
-  -p no:cacheprovider -v -o console_output_style=classic realdevice/test_torch_rxe.py 2>&1 |
+  -p no:cacheprovider -v --durations=10 -o console_output_style=classic realdevice/test_torch_rxe.py 2>&1 |
   tee "$work/vm-$1/torch-pytest.log" || rc=1
 JOB
   cat <<JOB
