@@ -10,23 +10,23 @@
 #    and a venv per CPython (3.9 and 3.13: both fork paths of subprocess)
 #    with pytest, then the x86_64 wheel from CI_WHEELHOUSE (polled for;
 #    without CI_WHEELHOUSE a wheel built from a copy of CI_REPO).
-# 2. Two VMs at once (tests/realdevice/rxe_vm.sh), the host's / read-only
-#    over 9p, rxe0 over a dummy netdev in each, each running
-#    tests/realdevice/test_rxe.py and then the matrix (matrix.sh) for the
-#    four libibverbs: Linux 6.1 (reports copy-on-fork) with CPython 3.13,
-#    Linux 5.10 (predates it) with CPython 3.9.  The 6.1 VM then runs
-#    tests/realdevice/test_pyverbs_rxe.py on Debian's /usr/bin/python3 in a
-#    venv that sees python3-pyverbs (registrations made by rdma-core's own
-#    bindings) and test_repair_integrity_rxe.py (the fork repair's data
+# 2. Three VMs at once (tests/realdevice/rxe_vm.sh), the host's / read-only
+#    over 9p, rxe0 over a dummy netdev in each (the list, and what each
+#    runs: VMS and job() below).  Linux 6.1 (reports copy-on-fork) runs
+#    tests/realdevice/test_rxe.py on CPython 3.13 beside the matrix of the
+#    four libibverbs (matrix.sh), then test_torch_rxe.py on CPython 3.11
+#    with torch (a DataLoader's fork workers after a real registration).
+#    Linux 5.10 (predates it) runs test_rxe.py on CPython 3.9 beside the
+#    matrix, then test_repair_integrity_rxe.py (the repair's refusal there).
+#    A second 6.1 VM runs, on Debian's /usr/bin/python3 in a venv that sees
+#    python3-pyverbs, test_pyverbs_rxe.py (registrations made by rdma-core's
+#    own bindings), test_repair_integrity_rxe.py (the fork repair's data
 #    after a fork: a loopback queue pair's RDMA WRITE and SEND) and
 #    test_ucx_rxe.py (Open MPI + UCX + mpi4py ranks on rxe0, with UCX's
-#    defaults and with its purge on fork off: their spawns and their doctor), then
-#    tests/realdevice/test_torch_rxe.py on CPython 3.11 with torch (a
-#    DataLoader's fork workers after a real registration), the same boot: a
-#    VM boot costs more than the tests.  The 5.10 VM runs
-#    test_repair_integrity_rxe.py there too (the repair's refusal).
-#    A VM is killed when its console has been silent for 120 s (progress,
-#    not a total, tells a hang from slowness).
+#    defaults and with its purge on fork off: their spawns and their
+#    doctor).  A VM is killed by tests/vm_watchdog.sh when its console has
+#    been silent while qemu got 120 s of CPU (progress, not a total, tells
+#    a hang from slowness).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
 #    which also checks docs/rdma-core-matrix.md against this run (the run's
 #    own table is kept as $CI_WORK/rdma-core-matrix.md).
@@ -132,15 +132,35 @@ mkdir -p "$work/tests"
 cp -r "$repo/tests/realdevice" "$work/tests/"
 cp "$repo/tests/vm_watchdog.sh" "$work/tests/"  # rxe_vm.sh sources it from ../
 
-# One job directory per VM (read-write in it); binds: what the VM sees of the host.
-for k in 6.1 5.10; do
-  mkdir -p "$work/vm-$k"
-  printf '%s\n' /usr /etc "$pyenv" "$work" "$(cd "$cache" && pwd)" >"$work/vm-$k/binds"
+# The VMs: NAME:SUITE, one job directory each (read-write in it); binds:
+# what the VM sees of the host.  Three at once, not two: the 6.1 tests
+# (test_rxe.py and the matrix, then the DataLoader) and the 6.1 stack
+# (pyverbs, the repair's data, Open MPI + UCX) each took 7-9 minutes of a
+# loaded CI in one VM, so the lane waited for the 6.1 VM alone for about 8
+# minutes after the 5.10 one had finished; a boot costs under a minute.
+VMS="6.1:bookworm 6.1-stack:bookworm 5.10:bullseye"
+for vm in $VMS; do
+  mkdir -p "$work/vm-${vm%%:*}"
+  printf '%s\n' /usr /etc "$pyenv" "$work" "$(cd "$cache" && pwd)" >"$work/vm-${vm%%:*}/binds"
 done
 tests="$work/tests/realdevice"
-# job KERNEL MINOR [TESTS]: the VM's job: test_rxe.py on CPython MINOR (then
-# TESTS, realdevice/ files, on Debian's CPython with pyverbs; on 6.1 then
-# test_torch_rxe.py on the torch venv), beside the matrix.
+# pytest_in VM VENV LOG TESTS [VAR=VALUE...]: a job's lines that run pytest
+# on TESTS (realdevice/ files) with VENV's Python, its output in the VM's LOG.
+pytest_in() {
+  local vm=$1 venv=$2 log=$3 tests=$4; shift 4
+  cat <<JOB
+$* RDMASPAWN_RXE_OUT="$work/vm-$vm/out" "$work/venv-$venv/bin/python" -m pytest \\
+  -p no:cacheprovider -v --durations=10 -o console_output_style=classic $tests 2>&1 |
+  tee "$work/vm-$vm/$log" || rc=1
+JOB
+}
+# job VM: the VM's job.  6.1 and 5.10: test_rxe.py (3.13, vfork in
+# subprocess, on 6.1, which reports copy-on-fork; 3.9, fork in subprocess, on
+# 5.10, which predates it) beside the matrix of the four libibverbs; then on
+# 6.1 the DataLoader (CPython 3.11 with torch), on 5.10 the fork repair's
+# test (there: its refusal) on Debian's CPython with pyverbs.  6.1-stack: on
+# Debian's CPython with pyverbs, rdma-core's own registrations, the repair's
+# data after a fork and Open MPI + UCX.
 job() {
   cat <<JOB
 set -o pipefail
@@ -148,55 +168,50 @@ export PYTHONDONTWRITEBYTECODE=1 RDMASPAWN_REQUIRE_RXE=1
 rdma link add rxe0 type rxe netdev d0 || { echo "rxe-lane: no rxe0"; exit 3; }
 echo "rxe-lane: \$(rdma link show rxe0/1)"
 cd "$work/tests"
+mkdir -p "$work/vm-$1/out"
 rc=0
-# The matrix beside the tests, in a mount namespace of
-# its own where an empty /etc/libibverbs.d leaves only the matrix's provider
-# (RDMAV_DRIVERS), not also the machine's librxe of its own rdma-core.
+JOB
+  case $1 in
+    6.1|5.10)
+      # The matrix beside the tests, in a mount namespace of its own where an
+      # empty /etc/libibverbs.d leaves only the matrix's provider
+      # (RDMAV_DRIVERS), not also the machine's librxe of its own rdma-core.
+      cat <<JOB
 unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"' \\
   "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" &
 matrix=\$!
-mkdir -p "$work/vm-$1/out"
-RDMASPAWN_RXE_OUT="$work/vm-$1/out" "$work/venv-$2/bin/python" -m pytest \\
-  -p no:cacheprovider -v --durations=10 -o console_output_style=classic realdevice/test_rxe.py 2>&1 |
-  tee "$work/vm-$1/pytest.log" || rc=1
 JOB
-  [ -n "${3:-}" ] && cat <<JOB
-echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page
-RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_REQUIRE_UCX=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
-  "$work/venv-pyverbs/bin/python" -m pytest \\
-  -p no:cacheprovider -v --durations=10 -o console_output_style=classic $3 2>&1 |
-  tee "$work/vm-$1/pyverbs-pytest.log" || rc=1
-JOB
-  [ "$1" = 6.1 ] && cat <<JOB
-RDMASPAWN_REQUIRE_TORCH=1 RDMASPAWN_RXE_OUT="$work/vm-$1/out" \\
-  "$work/venv-torch/bin/python" -m pytest \\
-  -p no:cacheprovider -v --durations=10 -o console_output_style=classic realdevice/test_torch_rxe.py 2>&1 |
-  tee "$work/vm-$1/torch-pytest.log" || rc=1
-JOB
-  cat <<JOB
-wait \$matrix || rc=1
-exit \$rc
-JOB
+      pytest_in "$1" "$([ "$1" = 6.1 ] && echo 3.13 || echo 3.9)" pytest.log realdevice/test_rxe.py
+      if [ "$1" = 6.1 ]; then
+        pytest_in "$1" torch torch-pytest.log realdevice/test_torch_rxe.py RDMASPAWN_REQUIRE_TORCH=1
+      else
+        echo "echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page"
+        pytest_in "$1" pyverbs pyverbs-pytest.log realdevice/test_repair_integrity_rxe.py \
+          RDMASPAWN_REQUIRE_PYVERBS=1
+      fi
+      echo 'wait $matrix || rc=1' ;;
+    6.1-stack)
+      echo "echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page"
+      pytest_in "$1" pyverbs pyverbs-pytest.log \
+        "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py realdevice/test_ucx_rxe.py" \
+        RDMASPAWN_REQUIRE_PYVERBS=1 RDMASPAWN_REQUIRE_UCX=1 ;;
+  esac
+  echo 'exit $rc'
 }
-# Each kernel tests one CPython: 3.13 (vfork in subprocess) on 6.1, 3.9 (fork
-# in subprocess) on 5.10; both VMs run the matrix.  On Debian's CPython with
-# pyverbs: 6.1 all of it, 5.10 the fork repair's test (there: its refusal).
-job 6.1 3.13 "realdevice/test_pyverbs_rxe.py realdevice/test_repair_integrity_rxe.py realdevice/test_ucx_rxe.py" \
-  >"$work/vm-6.1/job.sh"
-job 5.10 3.9 realdevice/test_repair_integrity_rxe.py >"$work/vm-5.10/job.sh"
+for vm in $VMS; do job "${vm%%:*}" >"$work/vm-${vm%%:*}/job.sh"; done
 
-say "booting Linux 6.1 and 5.10 (each: test_rxe.py, then the matrix)"
+say "booting $VMS"
 # Each VM's script in the background with its own pid (a process
 # substitution labels its lines), so that cleanup can stop it, and its qemu.
 declare -A vm_rc vm_pid
-for k in 6.1 5.10; do
-  suite=bookworm; [ "$k" = 5.10 ] && suite=bullseye
-  bash "$tests/rxe_vm.sh" "$cache" "$suite" "$work/vm-$k" > >(sed -u "s/^/[$k] /") 2>&1 &
+for vm in $VMS; do
+  k=${vm%%:*}
+  bash "$tests/rxe_vm.sh" "$cache" "${vm#*:}" "$work/vm-$k" > >(sed -u "s/^/[$k] /") 2>&1 &
   vm_pid[$k]=$!; pids+=("${vm_pid[$k]}")
 done
-for k in 6.1 5.10; do wait "${vm_pid[$k]}"; vm_rc[$k]=$?; done
+for vm in $VMS; do k=${vm%%:*}; wait "${vm_pid[$k]}"; vm_rc[$k]=$?; done
 pids=()
-say "VMs done: 6.1 exit ${vm_rc[6.1]}, 5.10 exit ${vm_rc[5.10]}"
+say "VMs done: $(for vm in $VMS; do printf '%s exit %s, ' "${vm%%:*}" "${vm_rc[${vm%%:*}]}"; done)"
 
 say "the matrix: tests/realdevice/test_matrix.py"
 "$work/venv-3.13/bin/python" "$tests/matrix_table.py" "$work"/vm-*/matrix.jsonl \
@@ -230,12 +245,13 @@ echo
 count "test_rxe.py on 3.13 (Linux 6.1)" "$work/vm-6.1/pytest.log"
 count "test_rxe.py on 3.9 (Linux 5.10)" "$work/vm-5.10/pytest.log"
 count "test_pyverbs_rxe.py, test_repair_integrity_rxe.py, test_ucx_rxe.py on Debian's 3.11 (Linux 6.1)" \
-  "$work/vm-6.1/pyverbs-pytest.log"
+  "$work/vm-6.1-stack/pyverbs-pytest.log"
 count "test_repair_integrity_rxe.py on Debian's 3.11 (Linux 5.10)" "$work/vm-5.10/pyverbs-pytest.log"
 count "test_torch_rxe.py on 3.11 + torch (Linux 6.1)" "$work/vm-6.1/torch-pytest.log"
 count "test_matrix.py (6.1 and 5.10)" "$work/matrix-pytest.log"
 status=0
-for k in 6.1 5.10; do
+for vm in $VMS; do
+  k=${vm%%:*}
   if [ "${vm_rc[$k]}" -ne 0 ]; then echo "VM $k: exit ${vm_rc[$k]}"; status=1; fi
 done
 [ $failed -eq 0 ] && [ $matrix_rc -eq 0 ] || status=1
