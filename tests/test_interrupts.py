@@ -12,11 +12,31 @@ import textwrap
 from helpers.child import python_argv
 from helpers.report import last_json
 
+# Each snippet starts the way a Python started from a terminal does, with
+# SIGINT's default handler: a runner started in a shell's background (`cmd &`
+# without job control) hands its children SIGINT ignored, and Python keeps an
+# ignored SIGINT ignored, so the snippets would see no KeyboardInterrupt.
+_DEFAULT_SIGINT = "import signal as _signal\n_signal.signal(_signal.SIGINT, _signal.default_int_handler)\n"
+
 
 def _run(code: str, timeout: int = 120) -> dict:
-    res = subprocess.run(python_argv(textwrap.dedent(code)),
+    res = subprocess.run(python_argv(_DEFAULT_SIGINT + textwrap.dedent(code)),
                          capture_output=True, text=True, timeout=timeout)
     return last_json(res)  # type: ignore[no-any-return]
+
+
+# An env mapping that calls the test's during() while Popen() reads it:
+# items() where CPython builds the list itself, keys() where os.posix_spawn's
+# rules read it (3.13+: the posix_spawn path). during() runs inside the hold.
+_DURING = """
+class Env(dict):
+    def items(self):
+        during()
+        return super().items()
+    def keys(self):
+        during()
+        return super().keys()
+"""
 
 
 def test_sigint_storm_leaks_no_child_and_no_fd():
@@ -44,23 +64,35 @@ def test_sigint_storm_leaks_no_child_and_no_fd():
         t = threading.Thread(target=storm)
         t.start()
         go.set()
-        for _ in range(400):
+        # An interrupt can also land on the loop's own back-edge: from 3.11 a
+        # jump backwards runs pending handlers once it has jumped, outside the
+        # handler's try (its traceback says line -1). The caller's code, not
+        # Popen's: each loop sits in a try of an outer one that re-enters it.
+        started = 0
+        while started < 400:
             try:
-                try:
-                    procs.append(rdmaspawn.Popen(["/bin/true"], stdin=subprocess.PIPE,
-                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-                except KeyboardInterrupt:
-                    interrupts += 1
+                while started < 400:
+                    started += 1
+                    try:
+                        procs.append(rdmaspawn.Popen(["/bin/true"], stdin=subprocess.PIPE,
+                                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+                    except KeyboardInterrupt:
+                        interrupts += 1
             except KeyboardInterrupt:
                 interrupts += 1
-        while True:  # stop the storm; absorb its last interrupts
+        ignored = False
+        while not ignored:  # absorb the storm's last interrupts, then stop it
             try:
-                stop.set()
-                t.join()
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                break
+                while not ignored:
+                    try:
+                        signal.signal(signal.SIGINT, signal.SIG_IGN)
+                        ignored = True
+                    except KeyboardInterrupt:
+                        pass
             except KeyboardInterrupt:
                 pass
+        stop.set()
+        t.join()
         for p in procs:
             p.communicate()
         procs.clear()
@@ -80,18 +112,13 @@ def test_interrupt_during_popen_is_raised_and_the_child_reaped():
     it reads: items() where CPython builds the list itself, keys() where
     os.posix_spawn's rules read it) is raised when Popen() would return; the caller never gets the
     Popen, so its running child is killed and reaped and its pipes closed."""
-    out = _run("""
+    out = _run(_DURING + textwrap.dedent("""
         import json, signal, subprocess
         import rdmaspawn
         from helpers.process_state import children, open_fds
 
-        class Env(dict):
-            def items(self):
-                signal.raise_signal(signal.SIGINT)
-                return super().items()
-            def keys(self):  # the posix_spawn path reads keys()
-                signal.raise_signal(signal.SIGINT)
-                return super().keys()
+        def during():
+            signal.raise_signal(signal.SIGINT)
 
         fds, kids = open_fds(), children()
         try:
@@ -102,33 +129,27 @@ def test_interrupt_during_popen_is_raised_and_the_child_reaped():
         print(json.dumps({"raised": raised, "children": children() == kids,
                           "fds": open_fds() == fds,
                           "handler": signal.getsignal(signal.SIGINT) is signal.default_int_handler}))
-    """)
+    """))
     assert out == {"raised": True, "children": True, "fds": True, "handler": True}
 
 
 def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds():
     """A SIGINT handler of the program's own that only records runs once, after
     the child has started; Popen() returns normally and the child is the caller's."""
-    out = _run("""
+    out = _run(_DURING + textwrap.dedent("""
         import json, signal, subprocess
         import rdmaspawn
 
         seen = []
         signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
 
-        class Env(dict):
-            def items(self):
-                signal.raise_signal(signal.SIGINT)
-                signal.raise_signal(signal.SIGINT)
-                return super().items()
-            def keys(self):  # the posix_spawn path reads keys()
-                signal.raise_signal(signal.SIGINT)
-                signal.raise_signal(signal.SIGINT)
-                return super().keys()
+        def during():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
         p = rdmaspawn.Popen(["/bin/sh", "-c", "exit 3"], env=Env(PATH="/bin"))
         print(json.dumps({"status": p.wait(), "seen": seen}))
-    """)
+    """))
     assert out == {"status": 3, "seen": [2]}
 
 
@@ -183,24 +204,19 @@ def test_a_handler_installed_during_popen_stays() -> None:
     """A SIGINT handler the program installs while Popen() runs (here from
     the env mapping it reads; in the field from another signal's handler) is
     SIGINT's handler afterwards; the hold put back the stale one."""
-    out = _run("""
+    out = _run(_DURING + textwrap.dedent("""
         import json, signal
         import rdmaspawn
 
         def later(signum, frame):
             pass
 
-        class Env(dict):
-            def items(self):
-                signal.signal(signal.SIGINT, later)
-                return super().items()
-            def keys(self):  # the posix_spawn path reads keys()
-                signal.signal(signal.SIGINT, later)
-                return super().keys()
+        def during():
+            signal.signal(signal.SIGINT, later)
 
         rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
         print(json.dumps({"kept": signal.getsignal(signal.SIGINT) is later}))
-    """)
+    """))
     assert out == {"kept": True}
 
 
@@ -251,3 +267,142 @@ def test_sigint_changes_from_a_signal_handler_during_spawns_all_stay() -> None:
         print(json.dumps({"changes": len(installed), "lost": len(lost)}))
     """)
     assert out["changes"] == 60 and out["lost"] == 0, out
+
+
+def test_the_handler_table_is_the_programs_while_popen_runs() -> None:
+    """Code that Popen() runs (here the env mapping it reads) sees SIGINT's
+    handler as the program set it: the hold works on the kernel's action,
+    not on Python's table (which showed a recorder of the hold's own)."""
+    out = _run(_DURING + textwrap.dedent("""
+        import json, signal
+        import rdmaspawn
+
+        def mine(signum, frame):
+            pass
+
+        signal.signal(signal.SIGINT, mine)
+        seen = []
+
+        def during():
+            seen.append(signal.getsignal(signal.SIGINT) is mine)
+
+        rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
+        print(json.dumps({"seen": seen[:1], "after": signal.getsignal(signal.SIGINT) is mine}))
+    """))
+    assert out == {"seen": [True], "after": True}
+
+
+def test_siginterrupt_during_popen_stays() -> None:
+    """``signal.siginterrupt(SIGINT, False)`` called while Popen() runs is in
+    force afterwards (SA_RESTART set); the hold's release dropped it."""
+    out = _run(_FLAGS + _DURING + textwrap.dedent("""
+        import json, signal
+        import rdmaspawn
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        before = sigint_flags()
+
+        def during():
+            signal.siginterrupt(signal.SIGINT, False)
+
+        rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
+        print(json.dumps({"restart_before": bool(before & SA_RESTART),
+                          "restart_after": bool(sigint_flags() & SA_RESTART)}))
+    """))
+    assert out == {"restart_before": False, "restart_after": True}
+
+
+def test_a_process_forked_during_the_hold_gets_sigint_back() -> None:
+    """A process fork()ed while Popen() holds SIGINT back (here by the env
+    mapping Popen() reads; in the field by another thread) answers SIGINT
+    with KeyboardInterrupt: nothing in it would ever end the hold, and it
+    only counted SIGINTs, for good."""
+    out = _run(_DURING + textwrap.dedent("""
+        import json, os, signal, time
+        import rdmaspawn
+
+        statuses = []
+
+        def fork_and_interrupt():
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+                    os._exit(1)    # SIGINT only counted
+                except KeyboardInterrupt:
+                    os._exit(0)
+            statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+        def during():
+            fork_and_interrupt()
+
+        rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
+        print(json.dumps(statuses[:1]))
+    """))
+    assert out == [0]
+
+
+def test_an_exception_just_after_the_hold_leaves_no_hold() -> None:
+    """An exception raised between the hold's system call and its caller's
+    receipt of the result (in the field: a SIGINT that Python recorded just
+    before the swap, its handler run just after) leaves SIGINT as the
+    program set it: the next SIGINT raises KeyboardInterrupt, and the next
+    Popen holds again."""
+    out = _run("""
+        import json, signal
+        import rdmaspawn
+        from rdmaspawn._native import capi
+        from rdmaspawn.dropin import interrupts
+
+        real = interrupts._hold
+
+        def hold_then_raise():
+            real()
+            raise KeyboardInterrupt
+
+        interrupts._hold = hold_then_raise
+        try:
+            rdmaspawn.Popen(["/bin/true"])
+            raised = False
+        except KeyboardInterrupt:
+            raised = True
+        interrupts._hold = real
+        held_after = bool(capi.sigint_held())
+        try:
+            signal.raise_signal(signal.SIGINT)
+            next_sigint = "counted"
+        except KeyboardInterrupt:
+            next_sigint = "KeyboardInterrupt"
+        print(json.dumps({"raised": raised, "held_after": held_after,
+                          "next_sigint": next_sigint}))
+    """)
+    assert out == {"raised": True, "held_after": False, "next_sigint": "KeyboardInterrupt"}
+
+
+def test_a_sigint_after_the_replay_still_reaps_the_child() -> None:
+    """A SIGINT that arrives after the held ones were replayed, while the
+    hold ends, is raised by the release; the caller never gets that Popen, so
+    its child is killed and reaped and its pipes closed all the same."""
+    out = _run("""
+        import json, signal, subprocess
+        import rdmaspawn
+        from rdmaspawn.dropin import interrupts
+        from helpers.process_state import children, open_fds
+
+        real = interrupts.replay
+
+        def replay_then_sigint():
+            real()
+            signal.raise_signal(signal.SIGINT)  # counted: the hold is still on
+
+        interrupts.replay = replay_then_sigint
+        fds, kids = open_fds(), children()
+        try:
+            rdmaspawn.Popen(["/bin/sleep", "30"], stdout=subprocess.PIPE)
+            raised = False
+        except KeyboardInterrupt:
+            raised = True
+        print(json.dumps({"raised": raised, "children": children() == kids,
+                          "fds": open_fds() == fds}))
+    """)
+    assert out == {"raised": True, "children": True, "fds": True}

@@ -1,8 +1,9 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
  * (fork_exec.c) and the builtins that keep the GIL (functions.c), reached
- * through ctypes.PyDLL; and the pidfd hand-over (pidfd.c), also through cffi (the
- * block between the cdef markers is read by build_ffi.py like rdmaspawn.h's).
+ * through ctypes.PyDLL; and the pidfd hand-over (pidfd.c) and the SIGINT hold
+ * (sigint.c), also through cffi (the block between the cdef markers is read
+ * by build_ffi.py like rdmaspawn.h's).
  */
 #ifndef RDMASPAWN_BINDING_H
 #define RDMASPAWN_BINDING_H
@@ -16,6 +17,16 @@ void rs_pidfd_request(void);
 int rs_pidfd_requested(void);
 void rs_pidfd_hand(int pidfd);
 int rs_pidfd_take(void);
+
+/* SIGINT held back while rdmaspawn.Popen builds a child (sigint.c): held
+ * says whether a hold is on; hold swaps in a handler that counts (1: held;
+ * 0: nothing held: nested, or SIGINT is SIG_DFL or SIG_IGN); take returns
+ * how many arrived since the hold or the last take; release puts the
+ * program's action back and returns how many arrived since the last take. */
+int rs_sigint_held(void);
+int rs_sigint_hold(void);
+long rs_sigint_take(void);
+long rs_sigint_release(void);
 
 /* cdef-end */
 

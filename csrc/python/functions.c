@@ -17,8 +17,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <signal.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "binding.h"
@@ -74,46 +72,34 @@ static PyObject *close_fd(PyObject *module, PyObject *fd)
     return none();
 }
 
-/*
- * SIGINT's struct sigaction, read and written whole for dropin/interrupts.py's
- * hold (every rdmaspawn.Popen in the main thread): as builtins they cost a
- * system call each; through ctypes they cost the parent ~20 us per spawn.
- * Zeroed first, so that the padding compares equal from one read to the next.
- */
-static PyObject *sigint_action(PyObject *module, PyObject *unused)
+/* sigint.c's hold, for dropin/interrupts.py (every rdmaspawn.Popen in the
+ * main thread): a system call each way, without the GIL hand-over of cffi. */
+static PyObject *sigint_hold(PyObject *module, PyObject *unused)
 {
-    struct sigaction sa;
     (void)module;
     (void)unused;
-    sigset_t mask;
-    memset(&sa, 0, sizeof sa);
-    if (sigaction(SIGINT, NULL, &sa) < 0)
-        return none();
-    /* glibc fills only the kernel's part of sa_mask (signals 1..NSIG-1) and
-     * copies the rest from its own uninitialised stack: keep the signals, so
-     * that two reads of the same action compare equal (the hold then skips
-     * putting it back, a system call per Popen). */
-    memset(&mask, 0, sizeof mask);  /* glibc's sigemptyset() clears only the kernel's part */
-    sigemptyset(&mask);
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sigismember(&sa.sa_mask, sig) == 1)
-            sigaddset(&mask, sig);
-    sa.sa_mask = mask;
-    return PyBytes_FromStringAndSize((const char *)&sa, (Py_ssize_t)sizeof sa);
+    return PyBool_FromLong(rs_sigint_hold());
 }
 
-static PyObject *set_sigint_action(PyObject *module, PyObject *saved)
+static PyObject *sigint_held(PyObject *module, PyObject *unused)
 {
-    struct sigaction sa;
     (void)module;
-    if (!PyBytes_Check(saved) || PyBytes_Size(saved) != (Py_ssize_t)sizeof sa) {
-        PyErr_SetString(PyExc_TypeError, "set_sigint_action: bytes from sigint_action() wanted");
-        return NULL;
-    }
-    memcpy(&sa, PyBytes_AsString(saved), sizeof sa);
-    if (sigaction(SIGINT, &sa, NULL) < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
-    return none();
+    (void)unused;
+    return PyBool_FromLong(rs_sigint_held());
+}
+
+static PyObject *sigint_take(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(rs_sigint_take());
+}
+
+static PyObject *sigint_release(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(rs_sigint_release());
 }
 
 static PyObject *fork_exec_new(PyObject *module, PyObject *args)
@@ -166,10 +152,13 @@ static PyMethodDef functions[] = {
     {"take_pidfd", take_pidfd, METH_NOARGS,
      "The pidfd handed over since request_pidfd() (-1: none); ends the request."},
     {"close_fd", close_fd, METH_O, "os.close() without releasing the GIL."},
-    {"sigint_action", sigint_action, METH_NOARGS,
-     "SIGINT's struct sigaction as bytes (None where sigaction() fails)."},
-    {"set_sigint_action", set_sigint_action, METH_O,
-     "Put back a struct sigaction that sigint_action() returned."},
+    {"sigint_hold", sigint_hold, METH_NOARGS,
+     "Hold SIGINT back (count it); False where nothing is held."},
+    {"sigint_held", sigint_held, METH_NOARGS, "Whether SIGINT is held back now."},
+    {"sigint_take", sigint_take, METH_NOARGS,
+     "How many SIGINTs arrived since the hold or the last take."},
+    {"sigint_release", sigint_release, METH_NOARGS,
+     "Put SIGINT's action back; how many arrived while held."},
     {"environ_snapshot", environ_snapshot, METH_NOARGS,
      "A copy of the environ array (its pointers and a NULL) as bytes."},
     {"fork_exec_params", fork_exec_params, METH_NOARGS,

@@ -5,13 +5,13 @@ variable; with several threads spawning, each release is a hand-over of the
 GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
 those cost throughput. So what Popen calls per spawn is plain builtins made
 by csrc/python/functions.c: the C ``fork_exec``, the pidfd hand-over, a
-close that keeps the GIL, the copy of the environ array for ``env=None``.
-They are fetched once through ctypes.PyDLL (which holds the GIL and passes
-Python objects, as cffi cannot).
+close that keeps the GIL, the SIGINT hold, the copy of the environ array for
+``env=None``. They are fetched once through ctypes.PyDLL (which holds the
+GIL and passes Python objects, as cffi cannot).
 
 Where ctypes cannot load the module (a process that dropped the privileges
-to read its own install, say), each falls back: the hand-over to the same C
-functions through cffi, ``close_fd`` to ``os.close``, and
+to read its own install, say), each falls back: the hand-over and the SIGINT
+hold to the same C functions through cffi, ``close_fd`` to ``os.close``,
 ``fork_exec_new`` to None (dropin's fork_exec then runs in Python), and
 ``environ_snapshot`` to None (the engine then copies the array from Python).
 """
@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
-           "close_fd", "sigint_action", "set_sigint_action", "environ_snapshot", "fork_exec_params", "fork_exec_new", "held_fork"]
+           "close_fd", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new", "held_fork"]
 
 
 @functools.cache
@@ -71,11 +71,13 @@ hand_pidfd: Callable[[int], None] = _functions.get("hand_pidfd", lib.rs_pidfd_ha
 take_pidfd: Callable[[], int] = _functions.get("take_pidfd", lib.rs_pidfd_take)
 #: os.close() for an fd whose close cannot block (a pidfd), keeping the GIL.
 close_fd: Callable[[int], None] = _functions.get("close_fd", os.close)
-#: SIGINT's ``struct sigaction`` as bytes (None where sigaction() fails), and
-#: putting it back: dropin.interrupts' hold, per Popen; None without ctypes
-#: (the hold then calls sigaction() through ctypes.CDLL itself).
-sigint_action: Callable[[], bytes | None] | None = _functions.get("sigint_action")
-set_sigint_action: Callable[[bytes], None] | None = _functions.get("set_sigint_action")
+#: SIGINT held back (csrc/python/sigint.c): whether a hold is on, the hold
+#: (False: nothing held), the arrivals so far (taken) and the release (the
+#: arrivals not taken); dropin.interrupts', per Popen.
+sigint_held: Callable[[], int] = _functions.get("sigint_held", lib.rs_sigint_held)
+sigint_hold: Callable[[], int] = _functions.get("sigint_hold", lib.rs_sigint_hold)
+sigint_take: Callable[[], int] = _functions.get("sigint_take", lib.rs_sigint_take)
+sigint_release: Callable[[], int] = _functions.get("sigint_release", lib.rs_sigint_release)
 #: A copy of the C environ array (its pointers and a NULL, as bytes), taken
 #: with the GIL held (csrc/python/environ.c); None without ctypes.
 environ_snapshot: Callable[[], bytes] | None = _functions.get("environ_snapshot")

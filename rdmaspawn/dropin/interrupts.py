@@ -1,4 +1,4 @@
-"""Hold SIGINT's Python handler back while ``rdmaspawn.Popen`` starts a child.
+"""Hold SIGINT back while ``rdmaspawn.Popen`` starts a child.
 
 A KeyboardInterrupt can be raised at almost any bytecode of the main thread.
 Raised between the engine's return and ``self.pid = ...``, it loses the pid:
@@ -8,20 +8,29 @@ same windows; rdmaspawn's is wider: the calling thread waits in the engine
 until the child has exec'd, and a SIGINT that arrives meanwhile runs its
 handler just after.)
 
-So while a Popen is being built, SIGINT's handler only counts. When the
-Popen is complete the real handler runs once for what arrived (POSIX merges
-pending signals the same way); if it raises, the caller never gets the Popen,
-so its child is killed and reaped and its pipes closed (``Popen._discard``)
-before the exception goes on. Only the main thread runs signal handlers, and
-only a Python-level handler can raise: elsewhere nothing is held.
+So while a Popen is being built, SIGINT only counts: the kernel's action is
+swapped for a C handler that counts (csrc/python/sigint.c), a system call
+each way. When the Popen is complete, the program's handler runs once for
+what arrived (POSIX merges pending signals the same way), still under the
+hold; if it raises, the caller never gets the Popen, so its child is killed
+and reaped and its pipes closed (``Popen._discard``) before the hold ends
+and the exception goes on: a second SIGINT cannot cut that short. The
+release puts the program's action back and raises SIGINT again if more
+arrived after that run. Only the main thread runs Python's signal
+handlers, and only a handler installed from Python can raise: elsewhere
+nothing is held.
 
-The hold leaves SIGINT as the program set it. Swapping a Python handler
-goes through sigaction() with Python's own flags (SA_ONSTACK, no
-SA_RESTART, an empty mask), so the kernel's whole ``struct sigaction`` is
-kept beside the handler and put back with it. A handler the program installs
-meanwhile (from another signal's handler, or from code Popen() runs) wins:
-each swap is a compare-and-swap on the value ``signal.signal()`` returns,
-since that call itself runs pending handlers before it swaps. (Blocking
+Whether a hold is on is the C side's word (:func:`owner` reads it before
+the caller's ``try``, :func:`release` acts on it in its ``finally``), never
+a value handed back to Python: an exception raised between the hold and
+the caller's receipt of its result (a SIGINT that Python recorded just
+before the swap, handled just after) cannot leave the hold on.
+
+The hold leaves SIGINT as the program set it: Python's own table of
+handlers is never touched (``signal.getsignal()`` is right throughout), the
+kernel's action goes back whole (a C library's handler under Python's
+included), and one the program sets meanwhile (``signal.signal()`` from
+another signal's handler, or from code Popen() runs) stays. (Blocking
 SIGINT instead would hold nothing in a process with other threads: the
 kernel hands the signal to one that does not block it, and the main thread
 runs the Python handler all the same.)
@@ -32,144 +41,51 @@ a SIGTERM handler raising SystemExit).
 from __future__ import annotations
 
 import _signal  # signal's C half: the same calls without the enum conversions
-import signal
+import _thread
 import sys
 import threading
-from types import FrameType
-from typing import Any, Callable
 
-__all__ = ["Held", "hold"]
+from .._native import capi as _capi
 
-# On the hot path (every Popen in the main thread): a plain int, no enum.
-_SIGINT = int(signal.SIGINT)
+__all__ = ["owner", "hold", "replay", "release"]
 
-
-class _KernelAction:
-    """SIGINT's ``struct sigaction`` as the kernel holds it, saved and put
-    back whole (opaque bytes: no layout is assumed). Put back only where it
-    differs from what Python's own signal() installs (learned once):
-    SA_RESTART from ``siginterrupt()``, or a handler a C library installed
-    under the Python one.
-
-    Read and written by the binding's builtins (csrc/python/functions.c), a
-    system call each; through ctypes, where those are missing, the same
-    calls cost the parent some 20 us per Popen."""
-
-    def __init__(self) -> None:
-        from .._native import capi
-
-        read, write = capi.sigint_action, capi.set_sigint_action
-        if read is None or write is None:
-            read, write = _ctypes_sigaction()
-        self.save: Callable[[], bytes | None] = read
-        self._write: Callable[[bytes], None] = write
-        self._python_own: bytes | None = None
-
-    def restore(self, saved: bytes | None) -> None:
-        """Just after Python's signal() put the handler back: its flags are
-        Python's; make them ``saved``'s."""
-        if self._python_own is None:
-            self._python_own = self.save()
-        if saved is not None and saved != self._python_own:
-            self._write(saved)
+# On the hot path (every Popen in the main thread): plain ints and builtins.
+_SIGINT = int(_signal.SIGINT)
+_getsignal = _signal.getsignal
+_get_ident = _thread.get_ident
+_main_thread = threading.main_thread
+_held = _capi.sigint_held
+_hold = _capi.sigint_hold
+_take = _capi.sigint_take
+_release = _capi.sigint_release
 
 
-def _ctypes_sigaction() -> tuple[Callable[[], bytes | None], Callable[[bytes], None]]:
-    """sigaction(SIGINT) read and written through ctypes (loaded already:
-    rdmaspawn._native.capi uses it), for a binding without the builtins."""
-    import ctypes
-
-    sigaction = ctypes.CDLL(None, use_errno=True).sigaction
-    struct = ctypes.c_char * 512  # glibc's is 152 bytes on x86-64 and aarch64
-
-    def read() -> bytes | None:
-        saved = struct()
-        return saved.raw if sigaction(_SIGINT, None, saved) == 0 else None
-
-    def write(saved: bytes) -> None:
-        sigaction(_SIGINT, struct.from_buffer_copy(saved), None)
-
-    return read, write
+def owner() -> bool:
+    """Whether the caller may hold SIGINT back, and so must release it: the
+    main thread, with no hold on already (a Popen that runs inside a signal
+    handler during another Popen's hold holds nothing of its own)."""
+    return _get_ident() == _main_thread().ident and not _held()
 
 
-_kernel: _KernelAction | None = None
+def hold() -> None:
+    """Start holding SIGINT back, where its handler is one from Python (not
+    SIG_DFL, SIG_IGN or a C library's own: those cannot raise)."""
+    if callable(_getsignal(_SIGINT)):
+        _hold()
 
 
-def _kernel_action() -> _KernelAction | None:
-    global _kernel
-    if _kernel is None:
-        try:
-            _kernel = _KernelAction()
-        except (ImportError, OSError, AttributeError):  # no ctypes: the flags are not kept
-            return None
-    return _kernel
+def replay() -> None:
+    """Run SIGINT's handler once for what arrived so far, still under the
+    hold (more keep being counted). It may raise: that is the point."""
+    if _take():
+        handler = _getsignal(_SIGINT)
+        if callable(handler):
+            handler(_SIGINT, sys._getframe(1))
 
 
-def _swap(expected: Any, new: Any) -> bool:
-    """Make ``new`` SIGINT's Python handler if ``expected`` is; True if it now is.
-
-    ``signal.signal()`` runs pending handlers before it swaps, so one of
-    them may have installed a handler of its own: that one is put back, and
-    stays (the program's latest word)."""
-    want, put = expected, new
-    while _signal.getsignal(_SIGINT) is want:
-        was = _signal.signal(_SIGINT, put)
-        if was is want:
-            return put is new
-        want, put = put, was
-    return False
-
-
-class Held:
-    """SIGINT held back in the main thread until :meth:`release`."""
-
-    def __init__(self, handler: Callable[[int, FrameType | None], Any], kernel: Any) -> None:
-        self.handler = handler
-        self.arrived = 0
-        self.handled = 0
-        self._kernel = kernel  # the saved struct sigaction (None: not kept)
-        self.recorder = self._record  # one bound method: compared by identity
-
-    def _record(self, signum: int, frame: FrameType | None) -> None:
-        self.arrived += 1
-
-    def replay(self) -> None:
-        """Run the real handler, once, for the SIGINTs that arrived so far
-        (more keep waiting). It may raise: that is the point."""
-        if self.arrived > self.handled:
-            self.handled = self.arrived
-            self.handler(signal.SIGINT, sys._getframe(1))
-
-    def release(self) -> None:
-        """Give SIGINT its handler and flags back, unless the program set
-        another meanwhile; one that arrived after the last :meth:`replay` is
-        raised again, for that handler."""
-        if _swap(self.recorder, self.handler):
-            kernel = _kernel_action()
-            if kernel is not None:
-                kernel.restore(self._kernel)
-                # A handler that ran just before the restore and changed
-                # SIGINT: make the kernel's side match its choice again.
-                while _signal.getsignal(_SIGINT) is not self.handler:
-                    now = _signal.getsignal(_SIGINT)
-                    if _signal.signal(_SIGINT, now) is now:
-                        break
-        if self.arrived > self.handled:
-            _signal.raise_signal(_SIGINT)
-
-
-def hold() -> Held | None:
-    """Start holding SIGINT back, or None where its handler cannot run here."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    handler = _signal.getsignal(_SIGINT)
-    if not callable(handler):
-        return None  # SIG_IGN, SIG_DFL, or not installed from Python
-    kernel = _kernel_action()
-    held = Held(handler, None if kernel is None else kernel.save())
-    try:
-        if not _swap(handler, held.recorder):
-            return None  # a pending handler changed SIGINT just now: nothing held
-    except ValueError:  # a subinterpreter: no signal handlers of its own
-        return None
-    return held
+def release() -> None:
+    """End the hold, if one is on: SIGINT's action goes back, and a SIGINT
+    that arrived after the last :func:`replay` is raised again, for the
+    program's handler. It may raise."""
+    if _release():
+        _signal.raise_signal(_SIGINT)

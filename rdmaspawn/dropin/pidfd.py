@@ -71,7 +71,7 @@ class PidfdMixin:
 
     def _close_pidfd(self) -> None:
         lock = self._pidfd_lock
-        if lock is None:
+        if lock is None or self.pidfd is None:  # None is for good: no lock needed
             return
         with lock:
             if self.pidfd is not None:

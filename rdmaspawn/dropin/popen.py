@@ -158,18 +158,19 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
         _cpython.require()  # before any pipe: this CPython must be one we know
         # The setup travels as a preexec_fn value that fork_exec recognises.
         args, kwargs = setup_kwargs_to_preexec_fn(args, kwargs)
-        held = interrupts.hold()
+        owner = interrupts.owner()
         try:
-            try:
-                super().__init__(*args, **kwargs)
-                if held is not None:
-                    held.replay()
-            except BaseException:
-                self._discard()
-                raise
-        finally:
-            if held is not None:
-                held.release()
+            if owner:
+                interrupts.hold()
+            super().__init__(*args, **kwargs)
+            if owner:
+                interrupts.replay()   # a SIGINT held back raises here: no Popen
+                interrupts.release()  # and one that came after the replay here
+        except BaseException:
+            self._discard()  # under the hold, unless the release raised
+            if owner:
+                interrupts.release()
+            raise
 
     def _discard(self) -> None:
         """Undo a Popen that its caller will never get: kill and reap its
