@@ -21,10 +21,11 @@ handlers, and only a handler installed from Python can raise: elsewhere
 nothing is held.
 
 Whether a hold is on is the C side's word (:func:`owner` reads it before
-the caller's ``try``, :func:`release` acts on it in its ``finally``), never
-a value handed back to Python: an exception raised between the hold and
-the caller's receipt of its result (a SIGINT that Python recorded just
-before the swap, handled just after) cannot leave the hold on.
+the caller's ``try``; :func:`release`, called on the way out of it whether
+or not it raised, ends whatever hold is on), never a value handed back to
+Python: an exception raised between the hold and the caller's receipt of
+its result (a SIGINT that Python recorded just before the swap, handled
+just after) cannot leave the hold on.
 
 The hold leaves SIGINT as the program set it: Python's own table of
 handlers is never touched (``signal.getsignal()`` is right throughout), the
