@@ -16,9 +16,10 @@
  * with the GIL, so a second one is nested (a Popen from a signal handler
  * that ran meanwhile) and holds nothing. The flag here, not a value handed
  * to Python, says whether a hold is on: an exception raised between the
- * hold and the caller's receipt of its result cannot leave it on. A process fork()ed during a hold
- * (by another thread, or by code Popen() runs) gets the program's action
- * back at once: no one in it would ever release the hold.
+ * hold and the caller's receipt of its result cannot leave it on. A process
+ * fork()ed during a hold (by another thread, or by code Popen() runs) gets
+ * the program's action back at once: no one in it would ever release the
+ * hold.
  */
 #include <pthread.h>
 #include <signal.h>
