@@ -151,7 +151,7 @@ def test_get_context() -> None:
 
 # Pools with the hazard planted; TIMEOUT bounds every wait.
 _POOLS = """
-import concurrent.futures, multiprocessing, subprocess
+import concurrent.futures, multiprocessing, subprocess, time
 TIMEOUT = 30
 def square(x):
     return x * x
@@ -164,7 +164,19 @@ def attempt(name, fn):
         print(name, "raised", type(exc).__name__)
 def pool(ctx=None):
     with (ctx or multiprocessing).Pool(2) as p:
-        return p.map_async(square, range(6)).get(TIMEOUT)
+        r = p.map_async(square, range(6))
+        end = time.monotonic() + TIMEOUT
+        # A fork Pool replaces a dead worker with another fork that dies, for
+        # ever: a hang that burns a CPU until TIMEOUT.  The first worker found
+        # dead of a signal ends the wait (fork's only: another start method's
+        # exitcode reads a pipe that the Pool's thread reads too).
+        while p._ctx.get_start_method() == "fork" and not r.ready():
+            if any(w.exitcode is not None and w.exitcode < 0 for w in list(p._pool)):
+                raise ChildProcessError("a Pool worker died")
+            if time.monotonic() > end:
+                break
+            r.wait(0.05)
+        return r.get(max(0.0, end - time.monotonic()))
 def ppe(ctx=None):
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex:
         return list(ex.map(square, range(6), timeout=TIMEOUT))

@@ -16,17 +16,21 @@
 # VM_WATCH_POLL: seconds between looks (default 1; the tests use less).
 # VM_WATCH_HOOK: a command run after each look (rxe_vm.sh prints the
 # console's new lines with it); it is not timed.
+# On return VM_WATCH_CPU holds the CPU seconds PID had at the last look: what
+# the VM cost the machine, for the lanes' logs.
 
 vm_watch() {
   local pid=$1 log=$2 cpu_limit=$3 wall_limit=$4 name=${5:-vm_watch}
   local poll=${VM_WATCH_POLL:-1} ticks stat size last_size=-1 cpu last_cpu=0 last=$SECONDS
   ticks=$(getconf CLK_TCK)
+  VM_WATCH_CPU=0
   while kill -0 "$pid" 2>/dev/null; do
     # The command name (field 2) may hold spaces: count from after its ")".
     # Fields from the state on (3: state, 14 and 15: utime, stime).
     stat=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
     case $stat in ""|Z*) break ;; esac  # gone, or exited and not yet reaped
     cpu=$(echo "$stat" | awk '{print $12 + $13}')
+    VM_WATCH_CPU=$((cpu / ticks))
     size=$(stat -c %s "$log" 2>/dev/null || echo 0)
     if [ "$size" != "$last_size" ]; then
       last_size=$size last_cpu=$cpu last=$SECONDS

@@ -48,21 +48,26 @@ set -uo pipefail
 # What runs on arm64 (TCG runs a Python process several times slower than
 # the host, so chosen tests, not whole modules).  SUBSET on the clone3()
 # path: the engine (errors, pidfd), the drop-in fork_exec, patch(), the
-# hazard, the declarative setup, the .pth hook, rdmaspawn run (with
-# multiprocessing, which needs the VM's /dev/shm).  CLONE_SUBSET again on
-# glibc's clone() (RDMASPAWN_CLONE=clone): the tests whose spawns go
-# straight through the engine's clone call (the hazard planted with madvise()
-# there: through libibverbs it makes the same mark, and the clone3 run has it).
-CLONE_SUBSET="tests/test_errors.py::test_engine_reports_step_and_reaps
+# hazard, the declarative setup, the .pth hook, rdmaspawn run (with a
+# multiprocessing Pool, which needs the VM's /dev/shm).  CLONE_SUBSET again
+# on glibc's clone() (RDMASPAWN_CLONE=clone): the tests whose spawns go
+# straight through the engine's clone call, with the hazard planted with
+# madvise() there (through libibverbs it makes the same mark, and the clone3
+# run has it; the soft-RoCE boot runs the madvise one on clone3, on 16 KiB
+# pages).  Each of these costs the VM 20-35 s beside a loaded CI: a test
+# runs once per path, and rdmaspawn run's multiprocessing once (its Pool;
+# the soft-RoCE boot's test_rxe.py runs multiprocessing's default under it).
+BOTH_PATHS="tests/test_errors.py::test_engine_reports_step_and_reaps
   tests/test_errors.py::test_engine_pidfd
   tests/test_pidfd.py::test_send_signal_goes_through_the_pidfd
   tests/test_pidfd.py::test_popen_has_a_pidfd_closed_when_reaped
   tests/test_forkexec.py::test_plain_call_is_started_in_c_and_any_other_in_python
   tests/test_forkexec.py::test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does
   tests/test_patch.py::test_patch_routes_through_the_engine_and_unpatch_restores
-  tests/test_patch.py::test_module_is_a_drop_in_for_subprocess
+  tests/test_patch.py::test_module_is_a_drop_in_for_subprocess"
+CLONE_SUBSET="$BOTH_PATHS
   tests/test_hazard_spawn.py::test_every_rdmaspawn_path_survives[madvise]"
-SUBSET="$CLONE_SUBSET
+SUBSET="$BOTH_PATHS
   tests/test_hazard_spawn.py::test_every_rdmaspawn_path_survives[verbs]
   tests/test_declarative.py::test_setup_failure_is_an_oserror_naming_the_step
   tests/test_declarative.py::test_setup_runs_in_order_for_privileges
@@ -71,7 +76,6 @@ SUBSET="$CLONE_SUBSET
   tests/test_autostart.py::test_on_applies_everything
   tests/test_autostart.py::test_minus_I_keeps_the_hook
   tests/test_run.py::test_every_child_survives_under_run[popen]
-  tests/test_run.py::test_every_child_survives_under_run[mp_process]
   tests/test_run.py::test_every_child_survives_under_run[pool]
   tests/test_run.py::test_console_script_and_environment
   tests/test_clonepath.py::test_variable_moves_spawns_to_clone
@@ -244,7 +248,7 @@ boot() {
   wait "$qemu_pid"; local qemu_rc=$?
   qemu_pid=""
   wait "$tail_pid" 2>/dev/null
-  say "qemu exit $qemu_rc"
+  say "qemu exit $qemu_rc (it used ${VM_WATCH_CPU} s of CPU)"
   [ "$qemu_rc" -eq 0 ] || cat "$work/qemu.log"
   tr -d '\r' <"$console" >"$console.txt"
 }

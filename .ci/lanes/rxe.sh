@@ -17,7 +17,8 @@
 #    four libibverbs (matrix.sh), then test_torch_rxe.py on CPython 3.11
 #    with torch (a DataLoader's fork workers after a real registration).
 #    Linux 5.10 (predates it) runs test_rxe.py on CPython 3.9 beside the
-#    matrix, then test_repair_integrity_rxe.py (the repair's refusal there).
+#    matrix, malloc's registration alone (RDMASPAWN_RXE_KINDS), then
+#    test_repair_integrity_rxe.py (the repair's refusal there).
 #    A second 6.1 VM runs, on Debian's /usr/bin/python3 in a venv that sees
 #    python3-pyverbs, test_pyverbs_rxe.py (registrations made by rdma-core's
 #    own bindings), test_repair_integrity_rxe.py (the fork repair's data
@@ -64,8 +65,13 @@ if ! command -v qemu-system-x86_64 >/dev/null; then
     qemu-system-x86 >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; exit 1; }
 fi
 
+# The set-up ahead of the rest in the CPU's queue (about 80 s of CPU: the
+# fetch, the venvs, torch): the VMs are the longest part of CI and wait for
+# all of it; beside a loaded CI's other jobs the fetch alone took 305 s for
+# its 37 s of CPU.  The VMs themselves start at the lane's own priority.
 say "fetching kernels, busybox and four libibverbs into $cache"
-bash "$repo/tests/realdevice/fetch.sh" "$cache" >"$work/fetch.log" 2>&1 &
+(renice -n -5 -p "$BASHPID" >/dev/null 2>&1; exec bash "$repo/tests/realdevice/fetch.sh" "$cache") \
+  >"$work/fetch.log" 2>&1 &
 fetch_pid=$!; pids+=("$fetch_pid")
 
 newest() { ls -d "$pyenv/$1".* 2>/dev/null | sort -V | tail -n 1; }
@@ -74,6 +80,7 @@ for m in $MINORS; do
   base=$(newest "$m")
   [ -n "$base" ] || { say "no CPython $m under $pyenv"; exit 1; }
   (
+    renice -n -5 -p "$BASHPID" >/dev/null 2>&1
     "$base/bin/python" -m venv "$work/venv-$m" &&
     "$work/venv-$m/bin/python" -m pip install -q pytest "cffi>=1.15"
   ) >"$work/venv-$m.log" 2>&1 &
@@ -82,6 +89,7 @@ done
 # CPython 3.11 with torch (the CPU wheel CI's torch run uses), for the 6.1
 # VM's DataLoader job (test_torch_rxe.py).
 (
+  renice -n -5 -p "$BASHPID" >/dev/null 2>&1
   "$(newest 3.11)/bin/python" -m venv "$work/venv-torch" &&
   "$work/venv-torch/bin/python" -m pip install -q pytest "cffi>=1.15" "torch==${TORCH_VERSION:-2.13.0}"
 ) >"$work/venv-torch.log" 2>&1 &
@@ -89,6 +97,7 @@ pids+=($!)
 # Debian's own CPython, seeing Debian's python3-pyverbs: the wheel (abi3)
 # goes in below as for the pyenv ones.
 (
+  renice -n -5 -p "$BASHPID" >/dev/null 2>&1
   /usr/bin/python3 -m venv --system-site-packages "$work/venv-pyverbs" &&
   "$work/venv-pyverbs/bin/python" -m pip install -q pytest "cffi>=1.15" &&
   "$work/venv-pyverbs/bin/python" -c "import pyverbs.mr, mpi4py"
@@ -181,7 +190,11 @@ unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"
   "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" &
 matrix=\$!
 JOB
-      pytest_in "$1" "$([ "$1" = 6.1 ] && echo 3.13 || echo 3.9)" pytest.log realdevice/test_rxe.py
+      if [ "$1" = 6.1 ]; then
+        pytest_in "$1" 3.13 pytest.log realdevice/test_rxe.py
+      else
+        pytest_in "$1" 3.9 pytest.log realdevice/test_rxe.py RDMASPAWN_RXE_KINDS=malloc
+      fi
       if [ "$1" = 6.1 ]; then
         pytest_in "$1" torch torch-pytest.log realdevice/test_torch_rxe.py RDMASPAWN_REQUIRE_TORCH=1
       else

@@ -93,6 +93,6 @@ wait "$qemu" || qrc=$?
 rc=${rc:-$qrc}
 tr -d '\r' <"$console" >"$work/console.txt"
 cat "$work/console.txt"
-echo "arm64_vm: the VM ran $((SECONDS - started)) s"
+echo "arm64_vm: the VM ran $((SECONDS - started)) s (qemu used ${VM_WATCH_CPU} s of CPU)"
 [ "$rc" -eq 0 ] || { echo "arm64_vm: qemu exit $rc"; exit "$rc"; }
 grep -q '^arm64-vm: harness exit 0$' "$work/console.txt"

@@ -7,8 +7,9 @@ METHOD is a ``rdmaspawn.testing.hazard.plant`` method ("madvise", "verbs",
 anything but planting: whatever protects it comes from outside (``rdmaspawn
 run`` or the ``RDMASPAWN`` variable). It prints one JSON line, ``{"kind": ...,
 "outcome": ...}``, where outcome is "ok", "exit N" / "signal NAME" for a child
-that did not finish, "timeout" for a hang (bounded by TIMEOUT) or
-"raised ExcType: message".
+that did not finish, "a worker died: signal NAME" for a fork Pool whose
+worker died (the Pool would hang), "timeout" for a hang (bounded by TIMEOUT)
+or "raised ExcType: message".
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 #: Seconds a pool gets before the script calls it a hang (JOB_TIMEOUT overrides).
 TIMEOUT = float(os.environ.get("JOB_TIMEOUT", "60"))
@@ -60,10 +62,22 @@ def popen() -> str:
 def pool() -> str:
     with multiprocessing.Pool(2) as p:
         result = p.map_async(square, range(8))
-        try:
-            values = result.get(TIMEOUT)
-        except multiprocessing.TimeoutError:
-            os._exit(_report("timeout"))  # terminate() could hang too: leave at once
+        deadline = time.monotonic() + TIMEOUT
+        while not result.ready():
+            # A fork Pool replaces a worker that dies with another fork that
+            # dies, for ever: a hang that burns a CPU until TIMEOUT.  The
+            # first worker found dead of a signal tells it at once (only
+            # fork's: another start method's exitcode reads a pipe that the
+            # Pool's own thread reads too).
+            if p._ctx.get_start_method() == "fork":  # type: ignore[attr-defined]
+                died = [w.exitcode for w in list(p._pool)  # type: ignore[attr-defined]
+                        if w.exitcode is not None and w.exitcode < 0]
+                if died:
+                    os._exit(_report(f"a worker died: {_status(died[0])}"))
+            if time.monotonic() > deadline:
+                os._exit(_report("timeout"))  # terminate() could hang too: leave at once
+            result.wait(0.05)
+        values = result.get()
     return "ok" if values == [x * x for x in range(8)] else f"values {values}"
 
 

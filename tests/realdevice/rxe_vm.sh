@@ -75,6 +75,7 @@ if [ $? -eq 124 ]; then
   exit 124
 fi
 wait "$qpid" 2>/dev/null; qpid=""
+echo "rxe_vm: qemu used ${VM_WATCH_CPU} s of CPU"
 rc=$(tr -d '\r' <"$work/console" | sed -n 's/^rxe-vm: job exit \([0-9]*\)$/\1/p' | tail -n 1)
 [ -n "$rc" ] || { echo "rxe_vm: the VM reported no job exit"; exit 125; }
 exit "$rc"

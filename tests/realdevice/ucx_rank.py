@@ -1,19 +1,22 @@
 """An mpi4py rank that moves buffers through Open MPI + UCX, then starts children.
 
-    mpirun -np 2 ... python ucx_rank.py WAYS [LIMIT]
+    mpirun -np 2 ... python ucx_rank.py WAYS [CONTROL_LIMIT]
 
 The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
 them) and check what arrived.  Each rank then has the doctor look at it from
 outside (``rdmaspawn doctor --pid PID --json``, started with rdmaspawn.Popen
-while the buffers are registered) and runs WAYS: ``stock`` (CPython's own
-ways: the control), ``rdmaspawn+repaired`` (rdmaspawn.Popen and subprocess
-under patch(), then rdmaspawn.repair_fork() and the stock ways) or ``all``
+while the buffers are registered) and runs WAYS: ``rdmaspawn+stock+repaired``
+(rdmaspawn.Popen and subprocess under patch(); then CPython's own ways, the
+control; then rdmaspawn.repair_fork() and CPython's ways again) or ``all``
 (the stock ways and rdmaspawn.Popen, for a rank under RDMASPAWN=on or
-``rdmaspawn run``, where the stock ways are rdmaspawn's).  Each way is
-bounded at LIMIT seconds (default 90): a child that deadlocks is an outcome
-("hung"), not a hung rank.  Rank 0 prints one JSON line: each rank's count of
-marked (``dc``) mappings, the doctor's answers and each way's outcome.
+``rdmaspawn run``, where the stock ways are rdmaspawn's).  rdmaspawn's ways
+go first: a stock fork runs UCX's at-fork purge, which can un-mark the
+buffers they are there to meet.  Each way is bounded at LIMIT seconds
+(the control's at CONTROL_LIMIT, default LIMIT), and at STUCK seconds once
+every child it left sits in a SIGSEGV handler: a child that deadlocks is an
+outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each rank's count of marked (``dc``)
+mappings, the doctor's answers and each way's outcome.
 """
 
 from __future__ import annotations
@@ -40,23 +43,30 @@ from mpi4py import MPI  # noqa: E402
 import rdmaspawn  # noqa: E402
 
 SIZE = 4 << 20
-#: Seconds a way may take, unless the command line says (the control's
+#: Seconds a way may take; the control's, as the command line says (its
 #: children can deadlock: UCX's SIGSEGV handler, inherited by a fork child
 #: that lacks a marked page, waits on a lock for ever).
-LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else 90
+LIMIT = 90
+CONTROL_LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else LIMIT
+#: The bound of the way that runs now: the fork Pool's own timeout follows it.
+_limit = LIMIT
+#: Seconds in a row that every child of a way may spend inside a SIGSEGV
+#: handler before the way is called hung there: UCX's handler waits for ever,
+#: and the wait is the VM's idle time (the purge-off control's children sat
+#: out 30 s each); printing a backtrace, even under TCG, takes less.
+STUCK = 10
 STOCK = {
     "os.fork running Python": fork_python,
     "os.fork+exec": os_fork,
     "subprocess preexec_fn": subprocess_preexec,
-    "multiprocessing fork Pool": lambda: mp_fork_pool(min(LIMIT, 60)),
+    "multiprocessing fork Pool": lambda: mp_fork_pool(min(_limit, 60)),
     "subprocess": subprocess_plain,
 }
 RDMASPAWN = {"rdmaspawn.Popen": rdmaspawn_popen,
              "patch() subprocess": _patched(subprocess_plain)}
 WAYS = {
-    "stock": STOCK,
-    "rdmaspawn+repaired": {**RDMASPAWN, "repair_fork()": lambda: "exit 0",
-                           **{f"repaired {name}": way for name, way in STOCK.items()}},
+    "rdmaspawn+stock+repaired": {**RDMASPAWN, **STOCK, "repair_fork()": lambda: "exit 0",
+                                 **{f"repaired {name}": way for name, way in STOCK.items()}},
     "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
 }
 
@@ -85,21 +95,38 @@ def _in_sigsegv_handler(pid: int) -> bool:
     return bool(blocked >> (signal.SIGSEGV - 1) & 1)
 
 
-def bounded(way: Callable[[], str]) -> str:
-    """The way's outcome, or "hung" after LIMIT s: a control child that
+def bounded(way: Callable[[], str], limit: int) -> str:
+    """The way's outcome, or "hung" after ``limit`` s, or after STUCK s in a row
+    with every child inside a SIGSEGV handler: a control child that
     deadlocks must not hang the rank (its children are then killed).  A
     child found inside a SIGSEGV handler then is named as such: it got the
     seed's SIGSEGV, and UCX's handler (inherited) is where it hangs, or still
     prints its backtrace under TCG."""
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"hung (no outcome in {LIMIT} s)")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(LIMIT)
+    global _limit
+    _limit = limit
+    seconds = {"all": 0, "stuck": 0}
+    expired = []  # raised once only: the way's own clean-up then runs in peace
+
+    def tick(signum: int, frame: object) -> None:
+        if expired:
+            return
+        seconds["all"] += 1
+        children = _children()
+        stuck = bool(children) and all(_in_sigsegv_handler(p) for p in children)
+        seconds["stuck"] = seconds["stuck"] + 1 if stuck else 0
+        if seconds["stuck"] >= STUCK:
+            expired.append(True)
+            raise TimeoutError(f"hung (every child in a SIGSEGV handler for {STUCK} s)")
+        if seconds["all"] >= limit:
+            expired.append(True)
+            raise TimeoutError(f"hung (no outcome in {limit} s)")
+    previous = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, 1, 1)
     in_handler = False
     try:
         result = outcome(way)
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         for pid in _children():
             in_handler = _in_sigsegv_handler(pid) or in_handler
@@ -109,7 +136,7 @@ def bounded(way: Callable[[], str]) -> str:
             except (ProcessLookupError, ChildProcessError):
                 pass
     if in_handler and "hung" in result:
-        return f"signal 11, then hung in the SIGSEGV handler (no outcome in {LIMIT} s)"
+        return f"signal 11, then {result.split(': ', 1)[-1]}"
     return result
 
 
@@ -154,7 +181,8 @@ def main() -> int:
         if name == "repair_fork()":
             report["repair"] = rdmaspawn.repair_fork().active
             report["dc_after_repair"] = marked()
-        report["ways"][name] = bounded(way)
+        control = ways == "rdmaspawn+stock+repaired" and name in STOCK
+        report["ways"][name] = bounded(way, CONTROL_LIMIT if control else LIMIT)
     reports = comm.gather(report, root=0)
     if rank == 0:
         print("RANKS " + json.dumps(reports), flush=True)
