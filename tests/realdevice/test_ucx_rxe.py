@@ -18,7 +18,9 @@ of SIGSEGV, and a child that runs Python code can hang instead, since UCX's
 SIGSEGV handler (inherited) waits on a lock in the child for ever; the
 rank bounds each control way (CONTROL_LIMIT, and ucx_rank.STUCK once every
 child sits in that handler) and records "hung".  The control and
-rdmaspawn's ways share one mpirun per setting (rdmaspawn's first).
+rdmaspawn's ways share one mpirun per setting (rdmaspawn's first);
+RDMASPAWN=on and `rdmaspawn run` run with the purge off, where the stock ways
+die.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,16 +58,46 @@ CONTROL_LIMIT = 30
 require_mpi_stack()
 
 
-def _mpirun(ways: str, purge: str, prefix: tuple[str, ...] = (),
+@pytest.fixture
+def progress(capsys):
+    """A printer past pytest's capture, onto the VM's console.  The lane's
+    watchdog calls a VM hung when its console has printed nothing while it
+    got 120 s of CPU; beside a loaded CI one mpirun of the control and
+    rdmaspawn's ways took more than that (the watchdog killed the VM)."""
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(line, flush=True)
+    return say
+
+
+def _mpirun(ways: str, purge: str, say, prefix: tuple[str, ...] = (),
             env: dict[str, str] | None = None, limit: int | None = None) -> list[dict]:
+    """The ranks' reports; each way's outcome goes to ``say`` as it ends."""
     e = {**os.environ, **UCX, **PURGE[purge], **(env or {})}
     names = sorted({*UCX, *PURGE[purge], *(env or {})})
     exports = [a for n in names for a in ("-x", n)]
     bound = [] if limit is None else [str(limit)]
-    r = subprocess.run([*prefix, *MPIRUN, *exports, sys.executable, RANK, ways, *bound],
-                       env=e, capture_output=True, text=True, timeout=900)
-    lines = [x for x in r.stdout.splitlines() if x.startswith("RANKS ")]
-    assert r.returncode == 0 and lines, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([*prefix, *MPIRUN, *exports, sys.executable, RANK, ways, *bound],
+                                env=e, stdout=subprocess.PIPE, stderr=err, text=True)
+        timer = threading.Timer(900, proc.kill)  # a bound on a hang, as the rank bounds ways
+        timer.start()
+        out = []
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.append(line)
+                if line.startswith("WAY "):
+                    say(f"  {purge}: {line.rstrip()}")
+            returncode = proc.wait()
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+        err.seek(0)
+        stderr = err.read()
+    stdout = "".join(out)
+    lines = [x for x in stdout.splitlines() if x.startswith("RANKS ")]
+    assert returncode == 0 and lines, (returncode, stdout[-3000:], stderr[-3000:])
     ranks: list[dict] = json.loads(lines[-1][len("RANKS "):])
     assert [x["moved"] for x in ranks] == [16 << 20] * 2, ranks
     return ranks
@@ -102,12 +136,12 @@ def _name(purge: str) -> str:
 _STOCK_AND_RDMASPAWN: dict[str, list[dict]] = {}
 
 
-def _stock_and_rdmaspawn(purge: str) -> list[dict]:
+def _stock_and_rdmaspawn(purge: str, say) -> list[dict]:
     """One mpirun per setting for the next two tests (a run costs the VM
     about half a minute of CPU): rdmaspawn's ways, then the control, then
     the repair and the stock ways again."""
     if purge not in _STOCK_AND_RDMASPAWN:
-        _STOCK_AND_RDMASPAWN[purge] = _mpirun("rdmaspawn+stock+repaired", purge,
+        _STOCK_AND_RDMASPAWN[purge] = _mpirun("rdmaspawn+stock+repaired", purge, say,
                                               limit=CONTROL_LIMIT)
     return _STOCK_AND_RDMASPAWN[purge]
 
@@ -122,11 +156,11 @@ def _split(ranks: list[dict], control: bool) -> list[dict]:
 
 
 @pytest.mark.parametrize("purge", list(PURGE))
-def test_stock_ways_control(purge):
+def test_stock_ways_control(purge, progress):
     """The control: CPython's own ways after UCX's traffic, recorded as they
     come (RDMASPAWN_RXE_OUT/py311-ucx-control-*.json and the output), each
     bounded at CONTROL_LIMIT s."""
-    ranks = _split(_stock_and_rdmaspawn(purge), control=True)
+    ranks = _split(_stock_and_rdmaspawn(purge, progress), control=True)
     record(f"ucx-control-{_name(purge)}", {"ranks": ranks})
     assert all(x["dc"] > 0 for x in ranks), ranks  # UCX's registrations are marked
     assert all(len(x["ways"]) == 5 for x in ranks), ranks
@@ -134,33 +168,42 @@ def test_stock_ways_control(purge):
 
 
 @pytest.mark.parametrize("purge", list(PURGE))
-def test_rdmaspawn_ways_and_repair_fork(purge):
+def test_rdmaspawn_ways_and_repair_fork(purge, progress):
     """rdmaspawn.Popen and subprocess under patch() in each rank, then
     rdmaspawn.repair_fork() and the stock ways: every one exits 0."""
-    ranks = _split(_stock_and_rdmaspawn(purge), control=False)
+    ranks = _split(_stock_and_rdmaspawn(purge, progress), control=False)
     record(f"ucx-rdmaspawn-{_name(purge)}", {"ranks": ranks})
     assert all(x["repair"] for x in ranks), ranks
     assert all(len(x["ways"]) == 2 + 1 + 5 for x in ranks), ranks
     _all_exit_0(ranks)
 
 
-@pytest.mark.parametrize("purge", list(PURGE))
-def test_rdmaspawn_on_in_every_rank(purge):
+# RDMASPAWN=on and `rdmaspawn run` with the purge off only: there the stock
+# ways die, so there they have something to protect from.  With UCX's
+# defaults every stock way exits 0 (the control above shows it each run),
+# and rdmaspawn's own ways and the repair run there too, in the mpirun above;
+# each mpirun costs the VM about half a minute of CPU.
+ON_SETTINGS = ["purge off"]
+
+
+@pytest.mark.parametrize("purge", ON_SETTINGS)
+def test_rdmaspawn_on_in_every_rank(purge, progress):
     """RDMASPAWN=on exported to the ranks: every way exits 0, and the doctor
     calls each rank protected."""
-    ranks = _mpirun("all", purge, env={"RDMASPAWN": "on"})
+    ranks = _mpirun("all", purge, progress, env={"RDMASPAWN": "on"})
     record(f"ucx-rdmaspawn-on-{_name(purge)}", {"ranks": ranks})
     assert all(x["RDMASPAWN"] == "on" for x in ranks), ranks
     _all_exit_0(ranks)
     _doctor_knows(ranks, purge, protected=True)
 
 
-@pytest.mark.parametrize("purge", list(PURGE))
-def test_mpirun_under_rdmaspawn_run(purge):
+@pytest.mark.parametrize("purge", ON_SETTINGS)
+def test_mpirun_under_rdmaspawn_run(purge, progress):
     """The whole mpirun under ``rdmaspawn run``: the ranks get it (the repair
     or the patch from start-up), every way exits 0, and the doctor calls each
     rank protected."""
-    ranks = _mpirun("all", purge, prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
+    ranks = _mpirun("all", purge, progress,
+                    prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
     record(f"ucx-rdmaspawn-run-{_name(purge)}", {"ranks": ranks})
     assert all(x["RDMASPAWN"] for x in ranks), ranks  # run's variable reached the ranks
     _all_exit_0(ranks)

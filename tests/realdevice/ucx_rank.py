@@ -16,7 +16,9 @@ buffers they are there to meet.  Each way is bounded at LIMIT seconds
 (the control's at CONTROL_LIMIT, default LIMIT), and at STUCK seconds once
 every child it left sits in a SIGSEGV handler: a child that deadlocks is an
 outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each rank's count of marked (``dc``)
-mappings, the doctor's answers and each way's outcome.
+mappings, the doctor's answers and each way's outcome; before it, rank 0
+prints a line per way as it ends ("WAY rank 0: NAME: OUTCOME"), which the
+test shows as progress.
 """
 
 from __future__ import annotations
@@ -183,6 +185,9 @@ def main() -> int:
             report["dc_after_repair"] = marked()
         control = ways == "rdmaspawn+stock+repaired" and name in STOCK
         report["ways"][name] = bounded(way, CONTROL_LIMIT if control else LIMIT)
+        if rank == 0:  # progress, one rank's (a long line of two ranks could interleave)
+            print(f"WAY rank 0: {name}: {report['ways'][name].splitlines()[0][:120]}",
+                  flush=True)
     reports = comm.gather(report, root=0)
     if rank == 0:
         print("RANKS " + json.dumps(reports), flush=True)
