@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.pool
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,29 +91,63 @@ def fork_python() -> str:
     return result if result != "exit 0" or data == b"499500" else f"bad answer {data!r}"
 
 
+def in_sigsegv_handler(pid: int) -> bool:
+    """Whether ``pid`` runs a SIGSEGV handler now: SIGSEGV is blocked while
+    one runs (no SA_NODEFER), and no child here blocks it otherwise."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            blocked = next(int(x.split()[1], 16) for x in f if x.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return bool(blocked >> (signal.SIGSEGV - 1) & 1)
+
+
 def mp_fork_pool(limit: int = 60) -> str:
-    """A fork Pool's answer, or how its first worker died.  A Pool whose
+    """A fork Pool's answer, or how its first bad worker fared.  A Pool whose
     workers die starts new ones for ever, each another fork that dies: a busy
     loop that cost the soft-RoCE VM the whole limit of CPU.  So the first
-    worker found dead of a signal is the outcome; one that hangs is bounded."""
+    worker found dead of a signal, or inside a SIGSEGV handler (UCX's, which
+    a fork child inherits, waits there for ever), is the outcome; the rest is
+    bounded at ``limit`` s."""
     pool = multiprocessing.get_context("fork").Pool(2)
-    try:
-        pending = pool.map_async(abs, range(-8, 0))
-        deadline = time.monotonic() + limit
-        while not pending.ready():
-            # The Pool's own list of its workers (there is no public one).
-            died = [w.exitcode for w in list(pool._pool)
-                    if w.exitcode is not None and w.exitcode < 0]
-            if died:
-                return f"signal {-died[0]} (a Pool worker)"
-            if time.monotonic() > deadline:
-                return f"hung (no result in {limit} s)"
-            pending.wait(0.05)
-        got = pending.get()
-    finally:
-        pool.terminate()
-        pool.join()
+    # A chunk size given: map's own divides by the number of live workers,
+    # none once the Pool has reaped dead ones (ZeroDivisionError).
+    pending = pool.map_async(abs, range(-8, 0), chunksize=1)
+    deadline = time.monotonic() + limit
+    bad = ""
+    while not bad and not pending.ready():
+        # The Pool's own list of its workers (there is no public one).
+        for w in list(pool._pool):
+            if w.exitcode is not None and w.exitcode < 0:
+                bad = f"signal {-w.exitcode} (a Pool worker)"
+            elif w.pid is not None and in_sigsegv_handler(w.pid):
+                bad = "signal 11 (a Pool worker, hung in a SIGSEGV handler)"
+        if not bad and time.monotonic() > deadline:
+            bad = f"hung (no result in {limit} s)"
+        pending.wait(0.1)
+    if bad:
+        _abandon(pool)
+        return bad
+    got = pending.get()
+    pool.terminate()
+    pool.join()
     return "exit 0" if got == list(range(8, 0, -1)) else f"bad answer {got}"
+
+
+def _abandon(pool: multiprocessing.pool.Pool) -> None:
+    """Stop a Pool that has a dead or stuck worker, without terminate(): that
+    waits on the task queue's lock, which a worker holds while it waits for a
+    task (a killed one holds it for ever), and SIGTERMs and joins workers,
+    which UCX's SIGSEGV handler may keep (SIGTERM blocked).  Its restarts
+    stop, its workers get SIGKILL and are reaped, and its exit-time
+    terminate() is dropped; its threads (daemons) stay blocked, harmless."""
+    pool._worker_handler._state = multiprocessing.pool.TERMINATE
+    pool._change_notifier.put(None)  # wakes it from its wait on the workers
+    pool._worker_handler.join(10)
+    pool._terminate.cancel()
+    for w in list(pool._pool):
+        w.kill()
+        w.join()
 
 
 def libc_fork() -> str:

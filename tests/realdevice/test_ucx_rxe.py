@@ -17,10 +17,11 @@ With the purge off the control's children lack pages: os.fork() children die
 of SIGSEGV, and a child that runs Python code can hang instead, since UCX's
 SIGSEGV handler (inherited) waits on a lock in the child for ever; the
 rank bounds each control way (CONTROL_LIMIT, and ucx_rank.STUCK once every
-child sits in that handler) and records "hung".  The control and
-rdmaspawn's ways share one mpirun per setting (rdmaspawn's first);
-RDMASPAWN=on and `rdmaspawn run` run with the purge off, where the stock ways
-die.
+child sits in that handler) and records "hung".  The control has an mpirun
+of its own: sharing one with rdmaspawn's ways saved a minute of the VM's
+CPU, but a control that left a fork Pool broken made the next way in that
+rank hang.  RDMASPAWN=on and `rdmaspawn run` run with the purge off, where
+the stock ways die.
 """
 
 from __future__ import annotations
@@ -133,34 +134,12 @@ def _name(purge: str) -> str:
     return purge.replace(" ", "-")
 
 
-_STOCK_AND_RDMASPAWN: dict[str, list[dict]] = {}
-
-
-def _stock_and_rdmaspawn(purge: str, say) -> list[dict]:
-    """One mpirun per setting for the next two tests (a run costs the VM
-    about half a minute of CPU): rdmaspawn's ways, then the control, then
-    the repair and the stock ways again."""
-    if purge not in _STOCK_AND_RDMASPAWN:
-        _STOCK_AND_RDMASPAWN[purge] = _mpirun("rdmaspawn+stock+repaired", purge, say,
-                                              limit=CONTROL_LIMIT)
-    return _STOCK_AND_RDMASPAWN[purge]
-
-
-def _split(ranks: list[dict], control: bool) -> list[dict]:
-    """Each rank's report with only the control's ways, or only rdmaspawn's
-    and the repaired ones."""
-    def ours(way: str) -> bool:
-        return way.startswith(("rdmaspawn", "patch()", "repair", "repaired "))
-    return [{**x, "ways": {w: o for w, o in x["ways"].items() if ours(w) is not control}}
-            for x in ranks]
-
-
 @pytest.mark.parametrize("purge", list(PURGE))
 def test_stock_ways_control(purge, progress):
     """The control: CPython's own ways after UCX's traffic, recorded as they
     come (RDMASPAWN_RXE_OUT/py311-ucx-control-*.json and the output), each
     bounded at CONTROL_LIMIT s."""
-    ranks = _split(_stock_and_rdmaspawn(purge, progress), control=True)
+    ranks = _mpirun("stock", purge, progress, limit=CONTROL_LIMIT)
     record(f"ucx-control-{_name(purge)}", {"ranks": ranks})
     assert all(x["dc"] > 0 for x in ranks), ranks  # UCX's registrations are marked
     assert all(len(x["ways"]) == 5 for x in ranks), ranks
@@ -171,7 +150,7 @@ def test_stock_ways_control(purge, progress):
 def test_rdmaspawn_ways_and_repair_fork(purge, progress):
     """rdmaspawn.Popen and subprocess under patch() in each rank, then
     rdmaspawn.repair_fork() and the stock ways: every one exits 0."""
-    ranks = _split(_stock_and_rdmaspawn(purge, progress), control=False)
+    ranks = _mpirun("rdmaspawn+repaired", purge, progress)
     record(f"ucx-rdmaspawn-{_name(purge)}", {"ranks": ranks})
     assert all(x["repair"] for x in ranks), ranks
     assert all(len(x["ways"]) == 2 + 1 + 5 for x in ranks), ranks

@@ -6,13 +6,14 @@ The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
 them) and check what arrived.  Each rank then has the doctor look at it from
 outside (``rdmaspawn doctor --pid PID --json``, started with rdmaspawn.Popen
-while the buffers are registered) and runs WAYS: ``rdmaspawn+stock+repaired``
-(rdmaspawn.Popen and subprocess under patch(); then CPython's own ways, the
-control; then rdmaspawn.repair_fork() and CPython's ways again) or ``all``
+while the buffers are registered) and runs WAYS: ``stock`` (CPython's own
+ways: the control), ``rdmaspawn+repaired`` (rdmaspawn.Popen and subprocess
+under patch(), then rdmaspawn.repair_fork() and the stock ways) or ``all``
 (the stock ways and rdmaspawn.Popen, for a rank under RDMASPAWN=on or
-``rdmaspawn run``, where the stock ways are rdmaspawn's).  rdmaspawn's ways
-go first: a stock fork runs UCX's at-fork purge, which can un-mark the
-buffers they are there to meet.  Each way is bounded at LIMIT seconds
+``rdmaspawn run``, where the stock ways are rdmaspawn's).  The control has
+a rank of its own: a child it leaves stuck in UCX's SIGSEGV handler, or a
+fork Pool it leaves broken, must not be what a later way meets (a shared
+rank's plain subprocess then hung).  Each way is bounded at LIMIT seconds
 (the control's at CONTROL_LIMIT, default LIMIT), and at STUCK seconds once
 every child it left sits in a SIGSEGV handler: a child that deadlocks is an
 outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each rank's count of marked (``dc``)
@@ -33,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from holder import (  # noqa: E402
     _patched,
     fork_python,
+    in_sigsegv_handler,
     mp_fork_pool,
     os_fork,
     outcome,
@@ -67,8 +69,9 @@ STOCK = {
 RDMASPAWN = {"rdmaspawn.Popen": rdmaspawn_popen,
              "patch() subprocess": _patched(subprocess_plain)}
 WAYS = {
-    "rdmaspawn+stock+repaired": {**RDMASPAWN, **STOCK, "repair_fork()": lambda: "exit 0",
-                                 **{f"repaired {name}": way for name, way in STOCK.items()}},
+    "stock": STOCK,
+    "rdmaspawn+repaired": {**RDMASPAWN, "repair_fork()": lambda: "exit 0",
+                           **{f"repaired {name}": way for name, way in STOCK.items()}},
     "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
 }
 
@@ -86,17 +89,6 @@ def _children() -> list[int]:
     return found
 
 
-def _in_sigsegv_handler(pid: int) -> bool:
-    """Whether ``pid`` runs a SIGSEGV handler now: SIGSEGV is blocked while
-    one runs (no SA_NODEFER), and no child here blocks it otherwise."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            blocked = next(int(x.split()[1], 16) for x in f if x.startswith("SigBlk:"))
-    except (OSError, StopIteration, ValueError):
-        return False
-    return bool(blocked >> (signal.SIGSEGV - 1) & 1)
-
-
 def bounded(way: Callable[[], str], limit: int) -> str:
     """The way's outcome, or "hung" after ``limit`` s, or after STUCK s in a row
     with every child inside a SIGSEGV handler: a control child that
@@ -107,14 +99,20 @@ def bounded(way: Callable[[], str], limit: int) -> str:
     global _limit
     _limit = limit
     seconds = {"all": 0, "stuck": 0}
-    expired = []  # raised once only: the way's own clean-up then runs in peace
+    expired = []  # raised once only: then each tick kills the way's children,
+    # so that its own clean-up (a Pool's join) cannot wait on them for ever
 
     def tick(signum: int, frame: object) -> None:
         if expired:
+            for pid in _children():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             return
         seconds["all"] += 1
         children = _children()
-        stuck = bool(children) and all(_in_sigsegv_handler(p) for p in children)
+        stuck = bool(children) and all(in_sigsegv_handler(p) for p in children)
         seconds["stuck"] = seconds["stuck"] + 1 if stuck else 0
         if seconds["stuck"] >= STUCK:
             expired.append(True)
@@ -131,7 +129,7 @@ def bounded(way: Callable[[], str], limit: int) -> str:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         for pid in _children():
-            in_handler = _in_sigsegv_handler(pid) or in_handler
+            in_handler = in_sigsegv_handler(pid) or in_handler
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
@@ -183,7 +181,7 @@ def main() -> int:
         if name == "repair_fork()":
             report["repair"] = rdmaspawn.repair_fork().active
             report["dc_after_repair"] = marked()
-        control = ways == "rdmaspawn+stock+repaired" and name in STOCK
+        control = ways == "stock"
         report["ways"][name] = bounded(way, CONTROL_LIMIT if control else LIMIT)
         if rank == 0:  # progress, one rank's (a long line of two ranks could interleave)
             print(f"WAY rank 0: {name}: {report['ways'][name].splitlines()[0][:120]}",
