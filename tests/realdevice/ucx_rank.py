@@ -24,10 +24,12 @@ test shows as progress.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -95,38 +97,54 @@ def bounded(way: Callable[[], str], limit: int) -> str:
     deadlocks must not hang the rank (its children are then killed).  A
     child found inside a SIGSEGV handler then is named as such: it got the
     seed's SIGSEGV, and UCX's handler (inherited) is where it hangs, or still
-    prints its backtrace under TCG."""
+    prints its backtrace under TCG.
+
+    A thread watches, once a second; the way's thread gets one SIGALRM, sent
+    to it alone, when the bound expires.  A SIGALRM every second, sent to
+    the process, left a repaired rank's os.fork() + exec hung for 90 s in a
+    loaded CI run: a signal that lands in UCX's or Open MPI's threads
+    interrupts their calls, and the forks run UCX's at-fork handlers."""
     global _limit
     _limit = limit
-    seconds = {"all": 0, "stuck": 0}
-    expired = []  # raised once only: then each tick kills the way's children,
-    # so that its own clean-up (a Pool's join) cannot wait on them for ever
+    done = threading.Event()
+    why: list[str] = []
+    main = threading.get_ident()
 
-    def tick(signum: int, frame: object) -> None:
-        if expired:
-            for pid in _children():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            return
-        seconds["all"] += 1
-        children = _children()
-        stuck = bool(children) and all(in_sigsegv_handler(p) for p in children)
-        seconds["stuck"] = seconds["stuck"] + 1 if stuck else 0
-        if seconds["stuck"] >= STUCK:
-            expired.append(True)
-            raise TimeoutError(f"hung (every child in a SIGSEGV handler for {STUCK} s)")
-        if seconds["all"] >= limit:
-            expired.append(True)
-            raise TimeoutError(f"hung (no outcome in {limit} s)")
-    previous = signal.signal(signal.SIGALRM, tick)
-    signal.setitimer(signal.ITIMER_REAL, 1, 1)
+    def expire(signum: int, frame: object) -> None:
+        if not done.is_set():
+            raise TimeoutError(why[0])
+
+    def watch() -> None:
+        stuck = 0
+        for second in itertools.count(1):
+            if done.wait(1):
+                return
+            children = _children()
+            if why:  # expired: the way's own clean-up must not wait on them for ever
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                continue
+            stuck = stuck + 1 if children and all(map(in_sigsegv_handler, children)) else 0
+            if stuck >= STUCK:
+                why.append(f"hung (every child in a SIGSEGV handler for {STUCK} s)")
+            elif second >= limit:
+                why.append(f"hung (no outcome in {limit} s)")
+            else:
+                continue
+            signal.pthread_kill(main, signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    watcher = threading.Thread(target=watch, name="bounded", daemon=True)
+    watcher.start()
     in_handler = False
     try:
         result = outcome(way)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        done.set()
+        watcher.join()
         signal.signal(signal.SIGALRM, previous)
         for pid in _children():
             in_handler = in_sigsegv_handler(pid) or in_handler
