@@ -1,6 +1,6 @@
 """An mpi4py rank that moves buffers through Open MPI + UCX, then starts children.
 
-    mpirun -np 2 ... python ucx_rank.py WAYS [CONTROL_LIMIT]
+    mpirun -np 2 ... python ucx_rank.py WAYS [LIMIT]
 
 The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
@@ -14,10 +14,11 @@ under patch(), then rdmaspawn.repair_fork() and the stock ways) or ``all``
 a rank of its own: a child it leaves stuck in UCX's SIGSEGV handler, or a
 fork Pool it leaves broken, must not be what a later way meets (a shared
 rank's plain subprocess then hung).  Each way is bounded at LIMIT seconds
-(the control's at CONTROL_LIMIT, default LIMIT), and at STUCK seconds once
-every child it left sits in a SIGSEGV handler: a child that deadlocks is an
-outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each rank's count of marked (``dc``)
-mappings, the doctor's answers and each way's outcome; before it, rank 0
+(default 90; the test gives the control's), and at STUCK seconds once every
+child it left sits in a SIGSEGV handler: a child that deadlocks is an
+outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each
+rank's count of marked (``dc``) mappings, the doctor's answers and each
+way's outcome; before it, rank 0
 prints a line per way as it ends ("WAY rank 0: NAME: OUTCOME"), which the
 test shows as progress.
 """
@@ -49,13 +50,10 @@ from mpi4py import MPI  # noqa: E402
 import rdmaspawn  # noqa: E402
 
 SIZE = 4 << 20
-#: Seconds a way may take; the control's, as the command line says (its
+#: Seconds a way may take, unless the command line says (the control's
 #: children can deadlock: UCX's SIGSEGV handler, inherited by a fork child
 #: that lacks a marked page, waits on a lock for ever).
-LIMIT = 90
-CONTROL_LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else LIMIT
-#: The bound of the way that runs now: the fork Pool's own timeout follows it.
-_limit = LIMIT
+LIMIT = int(sys.argv[2]) if len(sys.argv) > 2 else 90
 #: Seconds in a row that every child of a way may spend inside a SIGSEGV
 #: handler before the way is called hung there: UCX's handler waits for ever,
 #: and the wait is the VM's idle time (the purge-off control's children sat
@@ -65,7 +63,7 @@ STOCK = {
     "os.fork running Python": fork_python,
     "os.fork+exec": os_fork,
     "subprocess preexec_fn": subprocess_preexec,
-    "multiprocessing fork Pool": lambda: mp_fork_pool(min(_limit, 60)),
+    "multiprocessing fork Pool": lambda: mp_fork_pool(min(LIMIT, 60)),
     "subprocess": subprocess_plain,
 }
 RDMASPAWN = {"rdmaspawn.Popen": rdmaspawn_popen,
@@ -91,8 +89,8 @@ def _children() -> list[int]:
     return found
 
 
-def bounded(way: Callable[[], str], limit: int) -> str:
-    """The way's outcome, or "hung" after ``limit`` s, or after STUCK s in a row
+def bounded(way: Callable[[], str]) -> str:
+    """The way's outcome, or "hung" after LIMIT s, or after STUCK s in a row
     with every child inside a SIGSEGV handler: a control child that
     deadlocks must not hang the rank (its children are then killed).  A
     child found inside a SIGSEGV handler then is named as such: it got the
@@ -104,8 +102,6 @@ def bounded(way: Callable[[], str], limit: int) -> str:
     the process, left a repaired rank's os.fork() + exec hung for 90 s in a
     loaded CI run: a signal that lands in UCX's or Open MPI's threads
     interrupts their calls, and the forks run UCX's at-fork handlers."""
-    global _limit
-    _limit = limit
     done = threading.Event()
     why: list[str] = []
     main = threading.get_ident()
@@ -130,8 +126,8 @@ def bounded(way: Callable[[], str], limit: int) -> str:
             stuck = stuck + 1 if children and all(map(in_sigsegv_handler, children)) else 0
             if stuck >= STUCK:
                 why.append(f"hung (every child in a SIGSEGV handler for {STUCK} s)")
-            elif second >= limit:
-                why.append(f"hung (no outcome in {limit} s)")
+            elif second >= LIMIT:
+                why.append(f"hung (no outcome in {LIMIT} s)")
             else:
                 continue
             signal.pthread_kill(main, signal.SIGALRM)
@@ -199,8 +195,7 @@ def main() -> int:
         if name == "repair_fork()":
             report["repair"] = rdmaspawn.repair_fork().active
             report["dc_after_repair"] = marked()
-        control = ways == "stock"
-        report["ways"][name] = bounded(way, CONTROL_LIMIT if control else LIMIT)
+        report["ways"][name] = bounded(way)
         if rank == 0:  # progress, one rank's (a long line of two ranks could interleave)
             print(f"WAY rank 0: {name}: {report['ways'][name].splitlines()[0][:120]}",
                   flush=True)
