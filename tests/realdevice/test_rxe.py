@@ -32,7 +32,7 @@ HOLDER = str(HERE / "holder.py")
 #: The registrations to hold: each of verbs.KINDS unless RDMASPAWN_RXE_KINDS
 #: names fewer (the rxe lane's 5.10 VM holds malloc's alone: where the kernel
 #: matters, in the doctor's verdict and the repair's refusal, the kinds
-#: answer alike, and each costs that VM about 30 s of CPU under TCG).
+#: answer alike; each kind took that VM 26-32 s, alone on this machine).
 KINDS = tuple(os.environ.get("RDMASPAWN_RXE_KINDS", " ".join(verbs.KINDS)).split())
 assert KINDS and set(KINDS) <= set(verbs.KINDS), f"RDMASPAWN_RXE_KINDS: {KINDS}"
 MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
