@@ -51,10 +51,11 @@ WITHOUT_RDMASPAWN = {
     "torch.mp.spawn": "ok",
     "subprocess user/extra_groups": "signal SIGSEGV",
     "os.spawnvp": "signal SIGSEGV",
-    # Its workers die at start; the pool restarts them forever (the result
-    # never comes: "timeout"), or CPython's own pool code trips over the dead
-    # workers first (a ZeroDivisionError in its task handling).
-    "Pool default": r"timeout|ZeroDivisionError: .*",
+    # Its workers die at start and the pool restarts them forever: the rank
+    # stops waiting at the first worker it finds dead of a signal, or at its
+    # timeout, unless CPython's own pool code trips over the dead workers
+    # first (a ZeroDivisionError in its task handling).
+    "Pool default": r"a worker died: signal SIGSEGV|timeout|ZeroDivisionError: .*",
     "ProcessPoolExecutor default": r"BrokenProcessPool: .*terminated abruptly.*",
     # Which message depends on who notices the dead worker first. It may
     # also come as the context of another exception (see _mismatches).

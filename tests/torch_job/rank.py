@@ -24,7 +24,8 @@ as it goes (so a hang still leaves what came before):
 
 Every way that can wait forever is bounded (``RDMASPAWN_TORCH_WAY_TIMEOUT``
 seconds, default 20): without help, ``multiprocessing.Pool``'s default (fork)
-workers die and the pool waits for them forever. The DataLoader keeps its
+workers die and the pool waits for them forever (a fork Pool's wait ends at
+its first worker dead of a signal). The DataLoader keeps its
 default (no timeout): it notices dead workers itself.
 ``RDMASPAWN_TORCH_WAYS`` (comma separated) runs only the named ways.
 """
@@ -96,7 +97,24 @@ def way_asyncio() -> str:
 
 
 def _pool_squares(pool: multiprocessing.pool.Pool) -> str:
-    got = pool.map_async(work.square, range(6)).get(TIMEOUT)
+    result = pool.map_async(work.square, range(6))
+    deadline = time.monotonic() + TIMEOUT
+    # A fork Pool replaces a worker that dies with another fork that dies, for
+    # ever: a wait that burns a CPU until TIMEOUT (about 10 CPU-s per rank in
+    # the control).  The first worker found dead of a signal tells it at once
+    # (only fork's: another start method's exitcode reads a pipe that the
+    # Pool's own thread reads too).
+    fork = pool._ctx.get_start_method() == "fork"  # type: ignore[attr-defined]
+    while not result.ready():
+        if fork:
+            died = [w.exitcode for w in list(pool._pool)  # type: ignore[attr-defined]
+                    if w.exitcode is not None and w.exitcode < 0]
+            if died:
+                return f"a worker died: {describe_status(died[0])}"
+        if time.monotonic() > deadline:
+            raise multiprocessing.TimeoutError
+        result.wait(0.05)
+    got = result.get()
     return "ok" if got == [x * x for x in range(6)] else f"got {got!r}"
 
 
