@@ -30,9 +30,10 @@ from rdmaspawn.tools.doctor.cli import main as doctor_cli
 HERE = Path(__file__).resolve().parent
 HOLDER = str(HERE / "holder.py")
 #: The registrations to hold: each of verbs.KINDS unless RDMASPAWN_RXE_KINDS
-#: names fewer (the rxe lane's 5.10 VM holds malloc's alone: where the kernel
-#: matters, in the doctor's verdict and the repair's refusal, the kinds
-#: answer alike; each kind took that VM 26-32 s, alone on this machine).
+#: names fewer.  The rxe lane's VMs (x86-64) hold malloc's alone: where the
+#: kernel matters, in the doctor's verdict and the repair's answer, the kinds
+#: answer alike; each kind took the 5.10 VM 26-32 s, alone on this machine.
+#: The arm64 lane's soft-RoCE boot (6.12, 16 KiB pages) holds all three.
 KINDS = tuple(os.environ.get("RDMASPAWN_RXE_KINDS", " ".join(verbs.KINDS)).split())
 assert KINDS and set(KINDS) <= set(verbs.KINDS), f"RDMASPAWN_RXE_KINDS: {KINDS}"
 MARKING = dict(os.environ, RDMAV_FORK_SAFE="1")
