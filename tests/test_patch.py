@@ -96,12 +96,15 @@ def test_module_is_a_drop_in_for_subprocess():
         try:
             subprocess.run(["sleep", "5"], timeout=0.1)
         except std.TimeoutExpired as exc:
-            out["timeout"] = round(exc.timeout, 1)
+            # What was left of the 0.1 s when CPython's communicate() called
+            # wait(), as in CPython: 0.1 on a fast machine, 0.0 or less where
+            # its set-up took the time (the arm64 VM under TCG).
+            out["timeout"] = exc.cmd == ["sleep", "5"] and exc.timeout <= 0.1
         out["same_exceptions"] = subprocess.CalledProcessError is std.CalledProcessError
         print(json.dumps(out))
     """)
     assert out == {
         "missing": [], "isinstance": True, "check_output": "hi\n",
-        "getstatusoutput": [3, "x"], "call": 4, "check_call": 1, "timeout": 0.1,
+        "getstatusoutput": [3, "x"], "call": 4, "check_call": 1, "timeout": True,
         "same_exceptions": True,
     }
