@@ -76,10 +76,10 @@ def progress(capsys):
 
 
 def _mpirun(ways: str, purge: str, say, prefix: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, limit: int | None = None) -> list[dict]:
+            limit: int | None = None) -> list[dict]:
     """The ranks' reports; each way's outcome goes to ``say`` as it ends."""
-    e = {**os.environ, **UCX, **PURGE[purge], **(env or {})}
-    names = sorted({*UCX, *PURGE[purge], *(env or {})})
+    e = {**os.environ, **UCX, **PURGE[purge]}
+    names = sorted({*UCX, *PURGE[purge]})
     exports = [a for n in names for a in ("-x", n)]
     bound = [] if limit is None else [str(limit)]
     with tempfile.TemporaryFile("w+") as err:
