@@ -17,11 +17,13 @@ With the purge off the control's children lack pages: os.fork() children die
 of SIGSEGV, and a child that runs Python code can hang instead, since UCX's
 SIGSEGV handler (inherited) waits on a lock in the child for ever; the
 rank bounds each control way (CONTROL_LIMIT, and ucx_rank.STUCK once every
-child sits in that handler) and records "hung".  The control has an mpirun
-of its own: sharing one with rdmaspawn's ways saved the VM 21 s of CPU
-(257 against 278, alone), but a control that left a fork Pool broken made
-the next way in that rank hang.  RDMASPAWN=on and `rdmaspawn run` run with the purge off, where
-the stock ways die.
+child sits in that handler) and records "hung".  That control has an mpirun
+of its own: a control that left a fork Pool broken made the next way in
+its rank hang.  With UCX's defaults the stock ways exit 0, and the control
+and rdmaspawn's ways share one mpirun: each mpirun cost the 6.1-stack VM 45-60 s
+of its CPU (BSD process accounting in the guest, the lane alone), two ranks
+of about 20 s each and a doctor of 5-6 s per rank.  `rdmaspawn run` runs
+with the purge off, where the stock ways die.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def progress(capsys):
     return say
 
 
-def _mpirun(ways: str, purge: str, say, prefix: tuple[str, ...] = (),
+def _mpirun(steps: str, purge: str, say, prefix: tuple[str, ...] = (),
             limit: int | None = None) -> list[dict]:
     """The ranks' reports; each way's outcome goes to ``say`` as it ends."""
     e = {**os.environ, **UCX, **PURGE[purge]}
@@ -83,7 +85,7 @@ def _mpirun(ways: str, purge: str, say, prefix: tuple[str, ...] = (),
     exports = [a for n in names for a in ("-x", n)]
     bound = [] if limit is None else [str(limit)]
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([*prefix, *MPIRUN, *exports, sys.executable, RANK, ways, *bound],
+        proc = subprocess.Popen([*prefix, *MPIRUN, *exports, sys.executable, RANK, steps, *bound],
                                 env=e, stdout=subprocess.PIPE, stderr=err, text=True)
         timer = threading.Timer(900, proc.kill)  # a bound on a hang, as the rank bounds ways
         timer.start()
@@ -134,53 +136,62 @@ def _doctor_knows(ranks: list[dict], purge: str, protected: bool) -> None:
             assert d["rdmaspawn"]["protection"] == "not protected", x
 
 
-def _name(purge: str) -> str:
-    return purge.replace(" ", "-")
-
-
-@pytest.mark.parametrize("purge", list(PURGE))
-def test_stock_ways_control(purge, progress):
-    """The control: CPython's own ways after UCX's traffic, recorded as they
-    come (RDMASPAWN_RXE_OUT/py311-ucx-control-*.json and the output), each
-    bounded at CONTROL_LIMIT s."""
-    ranks = _mpirun("stock", purge, progress, limit=CONTROL_LIMIT)
-    record(f"ucx-control-{_name(purge)}", {"ranks": ranks})
+# With the purge off the stock ways die, and their children can be left stuck
+# in UCX's SIGSEGV handler: the control gets an mpirun of its own, and so do
+# rdmaspawn's ways after it.  With UCX's defaults every stock way exits 0, so
+# the control and rdmaspawn's ways share one mpirun (test_defaults_...).
+def test_stock_ways_control(progress):
+    """The control with the purge off: CPython's own ways after UCX's
+    traffic, recorded as they come (RDMASPAWN_RXE_OUT/py311-ucx-control-*.json
+    and the output), each bounded at CONTROL_LIMIT s."""
+    ranks = _mpirun("doctor+stock", "purge off", progress, limit=CONTROL_LIMIT)
+    record("ucx-control-purge-off", {"ranks": ranks})
     assert all(x["dc"] > 0 for x in ranks), ranks  # UCX's registrations are marked
     assert all(len(x["ways"]) == 5 for x in ranks), ranks
-    _doctor_knows(ranks, purge, protected=False)
+    _doctor_knows(ranks, "purge off", protected=False)
 
 
-@pytest.mark.parametrize("purge", list(PURGE))
-def test_rdmaspawn_ways_and_repair_fork(purge, progress):
-    """rdmaspawn.Popen and subprocess under patch() in each rank, then
-    rdmaspawn.repair_fork() and the stock ways: every one exits 0."""
-    ranks = _mpirun("rdmaspawn+repaired", purge, progress)
-    record(f"ucx-rdmaspawn-{_name(purge)}", {"ranks": ranks})
+def test_rdmaspawn_ways_and_repair_fork(progress):
+    """With the purge off: rdmaspawn.Popen and subprocess under patch() in
+    each rank, then rdmaspawn.repair_fork() and the stock ways: every one
+    exits 0."""
+    ranks = _mpirun("rdmaspawn+repaired", "purge off", progress)
+    record("ucx-rdmaspawn-purge-off", {"ranks": ranks})
     assert all(x["repair"] for x in ranks), ranks
     assert all(len(x["ways"]) == 2 + 1 + 5 for x in ranks), ranks
     _all_exit_0(ranks)
 
 
+def test_defaults_control_then_rdmaspawn_ways(progress):
+    """With UCX's defaults, in one mpirun: the doctor, the stock ways (the
+    control, recorded as they come: UCX's at-fork purge un-marks its cached
+    buffers, and each has exited 0), then rdmaspawn's ways and the repair's,
+    every one of which exits 0.  A control way that died would leave its
+    mess to the ways after it, which would then fail, not pass."""
+    ranks = _mpirun("doctor+stock+rdmaspawn+repaired", "defaults", progress)
+    record("ucx-defaults", {"ranks": ranks})
+    assert all(x["dc"] > 0 for x in ranks), ranks
+    assert all(len(x["ways"]) == 5 + 2 + 1 + 5 for x in ranks), ranks
+    assert all(x["repair"] for x in ranks), ranks
+    for x in ranks:  # the ways after the control's five (JSON keeps their order)
+        bad = {w: o for w, o in list(x["ways"].items())[5:] if o != "exit 0"}
+        assert not bad, (x["rank"], bad, x)
+    _doctor_knows(ranks, "defaults", protected=False)
+
+
 # `rdmaspawn run` with the purge off only: there the stock ways die, so
-# there they have something to protect from.  With UCX's defaults every
-# stock way exits 0 (the control above shows it each run), and rdmaspawn's
-# own ways and the repair run there too, in the mpirun above; each mpirun
-# took 28-49 s, alone on this machine.  `rdmaspawn run -- mpirun` is how
-# RDMASPAWN reaches the ranks here: on one node they inherit mpirun's
+# there they have something to protect from.  `rdmaspawn run -- mpirun` is
+# how RDMASPAWN reaches the ranks here: on one node they inherit mpirun's
 # environment, so what `mpirun -x RDMASPAWN=on` showed (it had an mpirun of
 # its own) this shows too: the variable in every rank, read at its start-up
 # (`on` itself, the shorthand, is test_autostart.py's).
-ON_SETTINGS = ["purge off"]
-
-
-@pytest.mark.parametrize("purge", ON_SETTINGS)
-def test_mpirun_under_rdmaspawn_run(purge, progress):
-    """The whole mpirun under ``rdmaspawn run``: the ranks get its RDMASPAWN
-    (the repair or the patch from start-up), every way exits 0, and the
-    doctor calls each rank protected."""
-    ranks = _mpirun("all", purge, progress,
+def test_mpirun_under_rdmaspawn_run(progress):
+    """The whole mpirun under ``rdmaspawn run``, with the purge off: the
+    ranks get its RDMASPAWN (the repair or the patch from start-up), every
+    way exits 0, and the doctor calls each rank protected."""
+    ranks = _mpirun("doctor+stock+popen", "purge off", progress,
                     prefix=(sys.executable, "-m", "rdmaspawn", "run", "--"))
-    record(f"ucx-rdmaspawn-run-{_name(purge)}", {"ranks": ranks})
+    record("ucx-rdmaspawn-run-purge-off", {"ranks": ranks})
     assert all(x["RDMASPAWN"] for x in ranks), ranks  # run's variable reached the ranks
     _all_exit_0(ranks)
-    _doctor_knows(ranks, purge, protected=True)
+    _doctor_knows(ranks, "purge off", protected=True)

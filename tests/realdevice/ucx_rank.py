@@ -1,19 +1,21 @@
 """An mpi4py rank that moves buffers through Open MPI + UCX, then starts children.
 
-    mpirun -np 2 ... python ucx_rank.py WAYS [LIMIT]
+    mpirun -np 2 ... python ucx_rank.py STEPS [LIMIT]
 
 The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
-them) and check what arrived.  Each rank then has the doctor look at it from
+them) and check what arrived.  Then each rank takes STEPS, "+"-joined, in
+order (GROUPS below): ``doctor`` has the doctor look at the rank from
 outside (``rdmaspawn doctor --pid PID --json``, started with rdmaspawn.Popen
-while the buffers are registered) and runs WAYS: ``stock`` (CPython's own
-ways: the control), ``rdmaspawn+repaired`` (rdmaspawn.Popen and subprocess
-under patch(), then rdmaspawn.repair_fork() and the stock ways) or ``all``
-(the stock ways and rdmaspawn.Popen, for a rank under RDMASPAWN=on or
-``rdmaspawn run``, where the stock ways are rdmaspawn's).  The control has
-a rank of its own: a child it leaves stuck in UCX's SIGSEGV handler, or a
-fork Pool it leaves broken, must not be what a later way meets (a shared
-rank's plain subprocess then hung).  Each way is bounded at LIMIT seconds
+while the buffers are registered; 5-6 s of the TCG guest's CPU per rank, so
+only where a test reads it); ``stock`` runs CPython's own ways (the
+control); ``rdmaspawn`` rdmaspawn.Popen and subprocess under patch();
+``repaired`` rdmaspawn.repair_fork(), then the stock ways; ``popen``
+rdmaspawn.Popen alone (beside ``stock`` in a rank under RDMASPAWN=on or
+``rdmaspawn run``, where the stock ways are rdmaspawn's).  A control whose
+children can die has a rank of its own: a child it leaves stuck in UCX's
+SIGSEGV handler, or a fork Pool it leaves broken, must not be what a later
+way meets (a shared rank's plain subprocess then hung).  Each way is bounded at LIMIT seconds
 (default 90; the test gives the control's), and at STUCK seconds once every
 child it left sits in a SIGSEGV handler: a child that deadlocks is an
 outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each
@@ -66,13 +68,14 @@ STOCK = {
     "multiprocessing fork Pool": lambda: mp_fork_pool(min(LIMIT, 60)),
     "subprocess": subprocess_plain,
 }
-RDMASPAWN = {"rdmaspawn.Popen": rdmaspawn_popen,
-             "patch() subprocess": _patched(subprocess_plain)}
-WAYS = {
+#: The ways of each step but ``doctor``, in the order they run.
+GROUPS = {
     "stock": STOCK,
-    "rdmaspawn+repaired": {**RDMASPAWN, "repair_fork()": lambda: "exit 0",
-                           **{f"repaired {name}": way for name, way in STOCK.items()}},
-    "all": {**STOCK, "rdmaspawn.Popen": rdmaspawn_popen},
+    "rdmaspawn": {"rdmaspawn.Popen": rdmaspawn_popen,
+                  "patch() subprocess": _patched(subprocess_plain)},
+    "repaired": {"repair_fork()": lambda: "exit 0",
+                 **{f"repaired {name}": way for name, way in STOCK.items()}},
+    "popen": {"rdmaspawn.Popen": rdmaspawn_popen},
 }
 
 
@@ -174,7 +177,8 @@ def doctor() -> dict:
 
 
 def main() -> int:
-    ways = sys.argv[1]
+    steps = sys.argv[1].split("+")
+    assert set(steps) <= {"doctor", *GROUPS}, f"unknown steps: {steps}"
     comm = MPI.COMM_WORLD
     rank, peer = comm.Get_rank(), 1 - comm.Get_rank()
     moved = 0
@@ -189,9 +193,10 @@ def main() -> int:
                     "RDMASPAWN": os.environ.get("RDMASPAWN"),
                     "repair_state": rdmaspawn.fork_status().repair}
     comm.Barrier()  # both ranks' buffers registered while each doctor looks
-    report["doctor"] = doctor()
+    if "doctor" in steps:
+        report["doctor"] = doctor()
     report["ways"] = {}
-    for name, way in WAYS[ways].items():
+    for name, way in [w for step in steps if step != "doctor" for w in GROUPS[step].items()]:
         if name == "repair_fork()":
             report["repair"] = rdmaspawn.repair_fork().active
             report["dc_after_repair"] = marked()
