@@ -5,7 +5,7 @@
 The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
 them) and check what arrived.  Then each rank takes STEPS, "+"-joined, in
-order (GROUPS below): ``doctor`` has the doctor look at the rank from
+order (GROUPS below), ``doctor`` first wherever it is named: it has the doctor look at the rank from
 outside (``rdmaspawn doctor --pid PID --json``, started with rdmaspawn.Popen
 while the buffers are registered; 5-6 s of the TCG guest's CPU per rank, so
 only where a test reads it); ``stock`` runs CPython's own ways (the
@@ -19,7 +19,7 @@ way meets (a shared rank's plain subprocess then hung).  Each way is bounded at 
 (default 90; the test gives the control's), and at STUCK seconds once every
 child it left sits in a SIGSEGV handler: a child that deadlocks is an
 outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each
-rank's count of marked (``dc``) mappings, the doctor's answers and each
+rank's count of marked (``dc``) mappings, the doctor's answers (where it ran) and each
 way's outcome; before it, rank 0
 prints a line per way as it ends ("WAY rank 0: NAME: OUTCOME"), which the
 test shows as progress.
