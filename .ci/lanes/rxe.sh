@@ -138,7 +138,7 @@ else
   mkdir -p "$work/src" "$work/wheel"
   (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
      xargs -0 cp --parents -t "$work/src" 2>/dev/null)
-  "$(newest 3.13)/bin/python" -m pip wheel -q --no-deps -w "$work/wheel" "$work/src" \
+  "$pip_py" -m pip wheel -q --no-deps -w "$work/wheel" "$work/src" \
     >"$work/wheel.log" 2>&1 || { cat "$work/wheel.log"; exit 1; }
   wheel=$(ls "$work"/wheel/rdmaspawn-*.whl | head -n 1)
 fi

@@ -32,7 +32,7 @@ mkdir -p /host /job /new
 # alone, a Python loop of stat() on a missing file, listdir(), open()+read()
 # of a 40 KiB file): Linux 5.10 paid for every request in proportion to msize
 # (10 ms, 31 ms and 30 ms at 512000; 0.5 ms, 4.0 ms and 2.1 ms at 16384;
-# `import rdmaspawn` took 5.7-7.4 s against 2.0 s), Linux 6.1 did not (0.4,
+# `import rdmaspawn` took 5.7-7.7 s against 2.0 s), Linux 6.1 did not (0.4,
 # 3.7-6.7 and 1.7 ms at either size) and reads big files (torch's libraries)
 # faster with the large one (64 MiB: 1.4 s against 2.6 s).
 case $(uname -r) in

@@ -110,12 +110,11 @@ def _mpirun(steps: str, purge: str, say, prefix: tuple[str, ...] = (),
     return ranks
 
 
-def _ways(ranks: list[dict]) -> dict[str, str]:
-    return {f"rank {x['rank']}: {w}": o for x in ranks for w, o in x["ways"].items()}
-
-
-def _all_exit_0(ranks: list[dict]) -> None:
-    bad = {w: o for w, o in _ways(ranks).items() if o != "exit 0"}
+def _all_exit_0(ranks: list[dict], after: int = 0) -> None:
+    """Every way exits 0, from each rank's way number ``after`` on (JSON
+    keeps their order: a control's ways come first)."""
+    bad = {f"rank {x['rank']}: {w}": o for x in ranks
+           for w, o in list(x["ways"].items())[after:] if o != "exit 0"}
     assert not bad, (bad, ranks)
 
 
@@ -165,17 +164,14 @@ def test_rdmaspawn_ways_and_repair_fork(progress):
 def test_defaults_control_then_rdmaspawn_ways(progress):
     """With UCX's defaults, in one mpirun: the doctor, the stock ways (the
     control, recorded as they come: UCX's at-fork purge un-marks its cached
-    buffers, and each has exited 0), then rdmaspawn's ways and the repair's,
-    every one of which exits 0.  A control way that died would leave its
-    mess to the ways after it, which would then fail, not pass."""
+    buffers, and each has exited 0 in this lane's runs), then rdmaspawn's
+    ways and the repair's, every one of which exits 0."""
     ranks = _mpirun("doctor+stock+rdmaspawn+repaired", "defaults", progress)
     record("ucx-defaults", {"ranks": ranks})
     assert all(x["dc"] > 0 for x in ranks), ranks
     assert all(len(x["ways"]) == 5 + 2 + 1 + 5 for x in ranks), ranks
     assert all(x["repair"] for x in ranks), ranks
-    for x in ranks:  # the ways after the control's five (JSON keeps their order)
-        bad = {w: o for w, o in list(x["ways"].items())[5:] if o != "exit 0"}
-        assert not bad, (x["rank"], bad, x)
+    _all_exit_0(ranks, after=5)  # the control's five are recorded, not judged
     _doctor_knows(ranks, "defaults", protected=False)
 
 

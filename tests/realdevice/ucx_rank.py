@@ -4,25 +4,25 @@
 
 The two ranks swap 4 MiB buffers (over 1 MiB: UCX's rendezvous registers them
 on the device; with UCX_IB_FORK_INIT=try, its default, rdma-core 44 marks
-them) and check what arrived.  Then each rank takes STEPS, "+"-joined, in
-order (GROUPS below), ``doctor`` first wherever it is named: it has the doctor look at the rank from
-outside (``rdmaspawn doctor --pid PID --json``, started with rdmaspawn.Popen
-while the buffers are registered; 5-6 s of the TCG guest's CPU per rank, so
-only where a test reads it); ``stock`` runs CPython's own ways (the
-control); ``rdmaspawn`` rdmaspawn.Popen and subprocess under patch();
-``repaired`` rdmaspawn.repair_fork(), then the stock ways; ``popen``
-rdmaspawn.Popen alone (beside ``stock`` in a rank under RDMASPAWN=on or
-``rdmaspawn run``, where the stock ways are rdmaspawn's).  A control whose
-children can die has a rank of its own: a child it leaves stuck in UCX's
-SIGSEGV handler, or a fork Pool it leaves broken, must not be what a later
-way meets (a shared rank's plain subprocess then hung).  Each way is bounded at LIMIT seconds
+them) and check what arrived.  Then each rank takes STEPS, "+"-joined
+(GROUPS below): ``doctor``, first wherever it is named, has the doctor
+look at the rank from outside (``rdmaspawn doctor --pid PID --json``,
+started with rdmaspawn.Popen while the buffers are registered; 5-6 s of the
+TCG guest's CPU per rank, so only where a test reads it); then, in order,
+``stock`` runs CPython's own ways (the control); ``rdmaspawn``
+rdmaspawn.Popen and subprocess under patch(); ``repaired``
+rdmaspawn.repair_fork(), then the stock ways; ``popen`` rdmaspawn.Popen
+alone (beside ``stock`` in a rank under RDMASPAWN=on or ``rdmaspawn run``,
+where the stock ways are rdmaspawn's).  A control whose children can die
+has a rank of its own: a child it leaves stuck in UCX's SIGSEGV handler, or
+a fork Pool it leaves broken, must not be what a later way meets (a shared
+rank's plain subprocess then hung).  Each way is bounded at LIMIT seconds
 (default 90; the test gives the control's), and at STUCK seconds once every
 child it left sits in a SIGSEGV handler: a child that deadlocks is an
 outcome ("hung"), not a hung rank.  Rank 0 prints one JSON line: each
-rank's count of marked (``dc``) mappings, the doctor's answers (where it ran) and each
-way's outcome; before it, rank 0
-prints a line per way as it ends ("WAY rank 0: NAME: OUTCOME"), which the
-test shows as progress.
+rank's count of marked (``dc``) mappings, the doctor's answers (where it
+ran) and each way's outcome; before it, rank 0 prints a line per way as it
+ends ("WAY rank 0: NAME: OUTCOME"), which the test shows as progress.
 """
 
 from __future__ import annotations
