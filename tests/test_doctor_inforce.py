@@ -39,14 +39,20 @@ sys.stdin.read()
 
 
 @contextmanager
-def holder(state: str, env: dict[str, str] | None = None) -> Iterator[int]:
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, state], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, env=env)
+def holders(*states: tuple[str, dict[str, str] | None]) -> Iterator[list[int]]:
+    """One holder process per (state, env), all ready at once."""
+    procs: list[subprocess.Popen[str]] = []
     try:
-        assert p.stdout is not None and p.stdout.readline() == "ready\n"
-        yield p.pid
+        for state, env in states:
+            procs.append(subprocess.Popen([sys.executable, "-c", HOLDER, state],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True, env=env))
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        yield [p.pid for p in procs]
     finally:
-        p.communicate("", timeout=30)
+        for p in procs:
+            p.communicate("", timeout=30)
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
@@ -71,22 +77,33 @@ def _env(extra: dict[str, str] | None) -> dict[str, str] | None:
     return None if extra is None else {**os.environ, **extra}
 
 
-@pytest.mark.parametrize("state, env, verdict, by, fields", CASES)
-def test_all_and_pid_say_who_is_protected(state: str, env: dict[str, str] | None,
-                                          verdict: str, by: list[str],
-                                          fields: dict[str, Any]) -> None:
-    """--all (text and JSON lines) and --pid (text and JSON) on the same process."""
-    protection = "protected" if by else "not protected"
-    with holder(state, _env(env)) as pid:
+@pytest.fixture(scope="module")
+def scans() -> Iterator[tuple[list[int], str, str, list[int]]]:
+    """Every case's holder at once, alive through the module's tests, and one
+    --all scan in text and one in JSON lines over them all: a scan reads every
+    process on the machine (two per case took 10-16 s each of a loaded CI)."""
+    with holders(*((state, _env(env)) for state, env, *_ in CASES)) as pids:
         text, lines = doctor("--all"), doctor("--all", "--json")
-        one, one_text = doctor("--pid", str(pid), "--json"), doctor("--pid", str(pid))
-    line = next(x for x in text.stdout.splitlines() if x.startswith(f"pid {pid:<7} "))
+        yield pids, text.stdout, lines.stdout, [text.returncode, lines.returncode]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[
+    f"{c[0]}-{'on' if c[1] else 'plain'}" for c in CASES])
+def test_all_and_pid_say_who_is_protected(case: int, scans: tuple[list[int], str, str, list[int]]
+                                          ) -> None:
+    """--all (text and JSON lines) and --pid (text and JSON) on the same process."""
+    state, env, verdict, by, fields = CASES[case]
+    protection = "protected" if by else "not protected"
+    pids, text, lines, all_rcs = scans
+    pid = pids[case]
+    line = next(x for x in text.splitlines() if x.startswith(f"pid {pid:<7} "))
     assert line.split()[2] == verdict
-    entry = next(o for o in map(json.loads, lines.stdout.splitlines()) if o.get("pid") == pid)
+    entry = next(o for o in map(json.loads, lines.splitlines()) if o.get("pid") == pid)
     assert entry["verdict"] == verdict and entry["hazardous"] is True
     assert entry["rdmaspawn"]["protection"] == protection
     assert entry["rdmaspawn"]["protected_by"] == by
     assert {k: entry["rdmaspawn"][k] for k in fields} == fields
+    one, one_text = doctor("--pid", str(pid), "--json"), doctor("--pid", str(pid))
     report = json.loads(one.stdout)
     assert report["verdict"] == "HAZARD"  # the memory: protection never hides it
     assert report["rdmaspawn"]["protection"] == protection
@@ -94,8 +111,8 @@ def test_all_and_pid_say_who_is_protected(state: str, env: dict[str, str] | None
     assert {k: report[k] for k in fields} == fields
     said = next(x for x in one_text.stdout.splitlines() if x.startswith("  rdmaspawn: "))
     assert said.startswith("  rdmaspawn: " + ("protected by" if by else "not protected"))
-    if verdict == "HAZARD":
-        assert text.returncode == 1 and lines.returncode == 1
+    # Any unprotected hazard among the holders makes each scan exit 1.
+    assert all_rcs == [1, 1]
 
 
 def test_protected_alone_exits_0() -> None:
@@ -103,7 +120,7 @@ def test_protected_alone_exits_0() -> None:
     protected; the same process unprotected exits 1."""
     from rdmaspawn.tools.doctor import scan_node
 
-    with holder("patch") as patched, holder("none") as bare:
+    with holders(("patch", None), ("none", None)) as (patched, bare):
         protected, unprotected = scan_node([patched]), scan_node([bare])
     assert protected.summary()["hazardous"] == 0 and protected.summary()["protected"] == 1
     assert protected.exit_code == 0

@@ -15,9 +15,9 @@
 #    ignored), sid-inside.sh runs per version: a venv, `pip install
 #    -e '.[test]'` of a scratch copy (as .ci/run does), the project's pytest selection
 #    SID_PYTEST_ARGS (default: every test but the C-only ones and the
-#    conformance run) with --durations=30, and CPython's own test_subprocess
-#    under patch(). tests/test_wheel.py there installs CI_WHEELHOUSE's x86_64
-#    wheel on 3.14 and 3.15.
+#    conformance run; .ci/run narrows each version's) with --durations=30,
+#    and CPython's own test_subprocess under patch(). tests/test_wheel.py,
+#    where selected, installs CI_WHEELHOUSE's x86_64 wheel.
 # 3. Still inside: scripts/build-wheels with Debian's python3.15 (its
 #    pyconfig.h includes a multiarch header; 3.15 lists the suffix
 #    ".abi3-x86_64-linux-gnu.so" first). Outside: pyenv's oldest CPython
