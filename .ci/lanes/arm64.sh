@@ -91,10 +91,12 @@ SUBSET="$BOTH_PATHS
 # test_rxe.py); hence the two tests deselected below, which hold one.
 # test_repair_integrity_rxe.py: the fork repair's data on such a mark (a
 # loopback RC queue pair's WRITE and SEND after the fork), with its control.
-# The guard whole (its held fork is raw arm64 syscalls); of the doctor and
-# /proc's readers, the tests that read pages and mappings, not those of
-# arguments, permissions, wording or parsing, which do not depend on the
-# page size or the architecture and run on every x86-64 CPython.
+# Of the guard, the tests of what it reads and of its held fork (raw arm64
+# system calls), not those of its wrappers, exports and warnings' wording;
+# of the doctor and /proc's readers, the tests that read pages and mappings,
+# not those of arguments, permissions, wording or parsing: those do not
+# depend on the page size or the architecture and run on every x86-64
+# CPython.
 RXE_SUBSET="tests/realdevice/test_rxe.py
   tests/realdevice/test_pyverbs_rxe.py
   tests/realdevice/test_repair_integrity_rxe.py
@@ -102,7 +104,14 @@ RXE_SUBSET="tests/realdevice/test_rxe.py
   tests/test_hazard.py::test_fork_child_segfaults[madvise]
   tests/test_hazard.py::test_arena_page_is_dontfork[madvise]
   tests/test_hazard_spawn.py::test_every_rdmaspawn_path_survives[madvise]
-  tests/test_guard.py
+  tests/test_guard.py::test_raise_mode_refuses_every_fork_path
+  tests/test_guard.py::test_warn_mode_warns_and_forks
+  tests/test_guard.py::test_warn_mode_with_the_real_hazard_is_caught_in_raise_mode
+  tests/test_guard.py::test_no_dontfork_memory_no_interference
+  tests/test_guard.py::test_forks_without_dontfork_memory_read_no_smaps
+  tests/test_guard.py::test_a_refused_child_never_runs_the_program
+  tests/test_guard.py::test_a_fork_at_the_descriptor_limit_goes_ahead
+  tests/test_guard.py::test_held_children_of_two_threads_exit_when_the_parent_dies
   tests/test_doctor_lone_page.py
   tests/test_doctor.py::test_clean_process_is_ok
   tests/test_doctor.py::test_planted_hazard_in_other_process_is_named
