@@ -156,14 +156,6 @@ say "fetched: $(tr '\n' ' ' <"$work/fetch.log")"
 mkdir -p "$work/tests"
 cp -r "$repo/tests/realdevice" "$work/tests/"
 cp "$repo/tests/vm_watchdog.sh" "$work/tests/"  # rxe_vm.sh sources it from ../
-# The VMs write no bytecode (PYTHONDONTWRITEBYTECODE, and this tree is
-# read-only there): the modules their interpreters import from here (verbs,
-# holder, record, ...) get it now, from each CPython that runs there (3.11's
-# serves Debian's and pyenv's), or every holder and rank compiles them under TCG.
-for m in $MINORS pyverbs; do
-  "$work/venv-$m/bin/python" -m compileall -q -j 0 "$work/tests/realdevice" >/dev/null ||
-    { say "compileall with venv-$m failed"; exit 1; }
-done
 
 # The VMs: NAME:SUITE, one job directory each (read-write in it); binds:
 # what the VM sees of the host.  Three at once, not two: the 6.1 tests
