@@ -43,3 +43,30 @@ def test_closing_lines_from_the_summary_else_the_tail(tmp_path):
     log.write_text("a\nb\nc\n")
     assert lib(f"closing_lines '{log}' '= short test summary info =' 2").stdout == "b\nc\n"
     assert lib(f"closing_lines '{tmp_path}/none' x 2").stdout == ""
+
+
+# A lane's log as the sid lane leaves it: a test_subprocess run in which one
+# test failed under load and passed when the runner reran it alone, then a
+# pytest run with a failing test.
+_SID_LOG = """\
+FAIL: test_leak_fast_process_del_killed (test.test_subprocess.POSIXProcessTestCase)
+FAILED (failures=1, skipped=49)
+rdmaspawn conformance, python 3.15: 366 tests in 41s, 1 failures, 0 errors, 49 skipped
+  rerun alone: 1 tests, 0 failures, 0 errors (failed, then passed alone)
+  patch in force: yes; engine spawns: 2468; CPython fork_exec fallbacks (preexec_fn): 8
+FAILED tests/test_guard.py::test_x - assert 0
+ERROR tests/test_guard.py::test_y - OSError
+=========== 1 failed, 378 passed, 1 error in 183.00s (0:03:03) ===========
+LANE: 6 passed, 1 failed
+"""
+
+
+def test_lane_closing_shows_the_rerun_not_unittests_failed_line(tmp_path):
+    """The summary of a lane: the runner's verdict and its rerun, pytest's
+    failing tests and closing line, the lane's count; not unittest's
+    "FAILED (failures=1)", which there read as the run's verdict when the
+    rerun alone had passed."""
+    log = tmp_path / "lane.log"
+    log.write_text(_SID_LOG)
+    lines = _SID_LOG.splitlines()
+    assert lib(f"lane_closing '{log}'").stdout.splitlines() == lines[2:]

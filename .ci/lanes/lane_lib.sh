@@ -1,5 +1,5 @@
-# What the lanes .ci/lanes/arm64.sh and .ci/lanes/sid.sh both do, sourced by
-# each (bash).
+# What the lanes .ci/lanes/arm64.sh and .ci/lanes/sid.sh both do, and how
+# .ci/run sums a lane's log up; sourced by each (bash).
 
 # wait_for_wheel DIR GLOB LIMIT: the path of the first DIR/GLOB that reads
 # as a whole zip (scripts/build-wheels copies it in while another lane
@@ -31,4 +31,14 @@ closing_lines() {
   else
     tail -n "$3" "$1" 2>/dev/null
   fi
+}
+
+# lane_closing LOG: a lane's failing tests, each pytest's closing line, its
+# VM times, each test_subprocess run's verdict with its rerun of what failed
+# under load (unittest's own "FAILED (failures=N)" line is left out: alone
+# it reads as the run's verdict when the rerun passed), and the lane's own
+# "LANE: N passed, N failed" line.
+lane_closing() {
+  grep -E '^(FAILED [^(]|ERROR [^(]|=+ .*(passed|failed|error).* in [0-9.]+s.*=+$|LANE: |.*the VM ran [0-9]+ s|.*qemu used [0-9]+ s of CPU|.*it used [0-9]+ s of CPU|rdmaspawn conformance, |.*rerun alone: |.*engine spawns: )' "$1" |
+    awk '!seen[$0]++'
 }
