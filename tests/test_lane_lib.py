@@ -1,8 +1,10 @@
-""".ci/lanes/lane_lib.sh, what the arm64 and sid lanes share.
+""".ci/lanes/lane_lib.sh, what the arm64 and sid lanes share, and .ci/run's
+summary of a lane.
 
 wait_for_wheel takes a wheel only once it reads as a whole zip (the sid
 lane used to take whatever name appeared, while build-wheels was still
-copying it in); closing_lines prints a log's summary or its tail.
+copying it in); closing_lines prints a log's summary or its tail;
+lane_closing picks a lane's verdict lines out of its log.
 """
 
 from __future__ import annotations
