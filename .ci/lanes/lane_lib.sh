@@ -1,5 +1,5 @@
 # What the lanes .ci/lanes/arm64.sh and .ci/lanes/sid.sh both do, and how
-# .ci/run sums a lane's log up; sourced by each (bash).
+# .ci/run sums a lane's log up; sourced by the three (bash).
 
 # wait_for_wheel DIR GLOB LIMIT: the path of the first DIR/GLOB that reads
 # as a whole zip (scripts/build-wheels copies it in while another lane
