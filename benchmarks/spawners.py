@@ -35,7 +35,7 @@ class PatchedPopen(subprocess.Popen):  # type: ignore[type-arg]
     ``_execute_child`` calling rdmaspawn's ``fork_exec``, and rdmaspawn's
     ``_posix_spawn``; no pidfd, no SIGINT hold (those are rdmaspawn.Popen's)."""
 
-    _execute_child = RdmaspawnPopen._cpython_execute_child
+    _execute_child = RdmaspawnPopen._execute_child
     _posix_spawn = posix_spawn_method
 
 

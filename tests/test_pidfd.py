@@ -1,9 +1,10 @@
-"""Popen.pidfd: kept from the spawn, used for signals and timed waits, closed
-when the child is reaped or the Popen goes, never inherited."""
+"""Popen.pidfd: opened when first needed, used for signals and timed waits,
+closed when the child is reaped or the Popen goes, never inherited."""
 from __future__ import annotations
 
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,15 @@ def _open_fds() -> set[int]:
 
 
 def _is_pidfd(fd: int) -> bool:
-    return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[pidfd]"
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[pidfd]"
+    except FileNotFoundError:
+        return False
+
+
+def _pidfds() -> set[int]:
+    """The pidfds open now (listdir's own fd may take a closed pidfd's number)."""
+    return {fd for fd in _open_fds() if _is_pidfd(fd)}
 
 
 @pytest.mark.parametrize("close_fds", [True, False])
@@ -31,7 +40,7 @@ def test_popen_has_a_pidfd_closed_when_reaped(close_fds: bool) -> None:
     fd = proc.pidfd
     proc.kill()
     assert proc.wait() == -signal.SIGKILL
-    assert proc.pidfd is None and fd not in _open_fds()
+    assert proc.pidfd is None and fd not in _pidfds()
 
 
 def test_pidfd_is_not_inherited() -> None:
@@ -73,17 +82,87 @@ def test_send_signal_goes_through_the_pidfd(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_reaped_elsewhere_is_never_signalled() -> None:
-    """If someone else reaps the child (os.waitpid behind Popen's back), the
-    pidfd still names that dead process: signalling through it fails with
-    ESRCH instead of reaching whatever took the pid."""
+    """If someone else reaps the child (os.waitpid behind Popen's back) after
+    the pidfd was opened, the pidfd still names that dead process:
+    signalling through it fails with ESRCH instead of reaching whatever took
+    the pid."""
     proc = rdmaspawn.Popen(["true"])
-    os.waitpid(proc.pid, 0)
     assert proc.pidfd is not None
+    os.waitpid(proc.pid, 0)
     with pytest.raises(ProcessLookupError):
         signal.pidfd_send_signal(proc.pidfd, 0)
     proc.send_signal(signal.SIGTERM)   # no exception, no stray signal
     proc.wait()
     assert proc.pidfd is None
+
+
+def test_opened_only_when_asked_for() -> None:
+    """A Popen that is only waited for never opens a pidfd (issue 29: the
+    kernel's part of one cost every spawn more than the rest of rdmaspawn's
+    own work); asking for it opens one, once."""
+    opened: list[int] = []
+    real = os.pidfd_open
+
+    def counting(pid: int, flags: int = 0) -> int:
+        opened.append(pid)
+        return real(pid, flags)
+
+    os.pidfd_open = counting  # type: ignore[assignment]
+    try:
+        rdmaspawn.Popen(["true"]).wait()
+        rdmaspawn.run(["true"])
+        assert opened == []
+        proc = rdmaspawn.Popen(["sleep", "30"])
+        assert proc.pidfd is not None and proc.pidfd == proc.pidfd
+        proc.kill()
+        proc.wait()
+        assert opened == [proc.pid]
+    finally:
+        os.pidfd_open = real  # type: ignore[assignment]
+
+
+# Run in a pid namespace of its own, under a shell as its init (orphans go to
+# the shell, not to this script): there ns_last_pid picks the next pid, and
+# nothing else takes it first.
+_STRANGER = r"""
+import os, signal, subprocess, sys, rdmaspawn
+for _ in range(2):                      # pids used and freed: proc's pid - 1 is free
+    subprocess.run(["true"])
+proc = rdmaspawn.Popen(["true"])
+os.waitpid(proc.pid, 0)                 # reaped behind Popen's back
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(proc.pid - 2))
+# sh takes pid - 1; its background sleep, not our child, takes the pid.
+out = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+                     capture_output=True, text=True)
+stranger = int(out.stdout)
+assert stranger == proc.pid, (stranger, proc.pid)
+assert os.path.exists(f"/proc/{stranger}")
+fd = proc.pidfd                         # must not name the stranger
+proc.send_signal(signal.SIGTERM)        # must not reach it
+state = open(f"/proc/{stranger}/stat").read().split(")")[1].split()[0]
+os.kill(stranger, signal.SIGKILL)
+print(fd, proc.returncode, state)
+"""
+
+
+def test_pid_taken_by_a_stranger_gets_no_pidfd() -> None:
+    """The pidfd is opened from the pid; once someone else has reaped the
+    child and the kernel has given its pid to a process that is not this
+    process's child, ``pidfd`` is None (pidfd_open() would name the
+    stranger) and send_signal() reaches nobody."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a pid namespace of its own")
+    res = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$0" -c "$1"; exit $?',
+         sys.executable, _STRANGER], capture_output=True, text=True, timeout=120)
+    if res.returncode != 0 and "unshare" in res.stderr:
+        pytest.skip(f"cannot make a pid namespace here: {res.stderr.strip()}")
+    assert res.returncode == 0, res.stderr
+    fd, returncode, state = res.stdout.split()
+    assert fd == "None"
+    assert returncode == "0"       # poll() found the child gone, as CPython's does
+    assert state in ("S", "R")     # the stranger lives on
 
 
 def test_timed_wait_uses_the_pidfd() -> None:
@@ -110,10 +189,10 @@ def test_closed_with_the_popen() -> None:
     assert fd is not None
     del proc
     gc.collect()
-    assert fd not in _open_fds() or not _is_pidfd(fd)
+    assert fd not in _pidfds()
     with rdmaspawn.Popen(["true"]) as proc:
         fd = proc.pidfd
-    assert proc.pidfd is None and fd not in _open_fds()
+    assert proc.pidfd is None and fd not in _pidfds()
 
 
 def test_no_fd_left_after_many() -> None:

@@ -43,29 +43,43 @@ from __future__ import annotations
 
 import _signal  # signal's C half: the same calls without the enum conversions
 import _thread
+import os
 import sys
 import threading
 
 from .._native import capi as _capi
 
-__all__ = ["owner", "hold", "replay", "release"]
+__all__ = ["owner", "hold", "replay", "release", "finish"]
 
 # On the hot path (every Popen in the main thread): plain ints and builtins.
 _SIGINT = int(_signal.SIGINT)
 _getsignal = _signal.getsignal
 _get_ident = _thread.get_ident
-_main_thread = threading.main_thread
 _held = _capi.sigint_held
 _hold = _capi.sigint_hold
 _take = _capi.sigint_take
 _release = _capi.sigint_release
 
 
+#: The thread that runs Python's signal handlers: threading.main_thread()'s
+#: ident, read once (two Python calls per Popen otherwise). After os.fork()
+#: it is the thread that forked, for CPython and for threading alike.
+_main_ident = threading.main_thread().ident
+
+
+def _forked() -> None:
+    global _main_ident
+    _main_ident = _get_ident()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def owner() -> bool:
     """Whether the caller may hold SIGINT back, and so must release it: the
     main thread, with no hold on already (a Popen that runs inside a signal
     handler during another Popen's hold holds nothing of its own)."""
-    return _get_ident() == _main_thread().ident and not _held()
+    return _get_ident() == _main_ident and not _held()
 
 
 def hold() -> None:
@@ -82,6 +96,13 @@ def replay() -> None:
         handler = _getsignal(_SIGINT)
         if callable(handler):
             handler(_SIGINT, sys._getframe(1))
+
+
+def finish() -> None:
+    """:func:`replay`, then :func:`release`: the end of a Popen that was built.
+    Either may raise; the caller's release on the way out ends the hold."""
+    replay()
+    release()
 
 
 def release() -> None:

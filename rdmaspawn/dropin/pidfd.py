@@ -5,12 +5,26 @@ thread reaps the child in between, the pid can be recycled and the signal
 hits a stranger (a documented race). A pidfd names the process itself:
 after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
 
-The engine asks the kernel for one (CLONE_PIDFD, Linux 5.2; O_CLOEXEC, so
-no child inherits it); ``fork_exec``, which must return a bare pid, hands it
-up through a per-thread hand-over in C (csrc/python/pidfd.c, reached as
-``rdmaspawn._native.capi.request_pidfd`` / ``take_pidfd``). It is closed once the child is
-reaped (under a lock, so that a concurrent ``send_signal`` never uses a
-closed, reused fd number), and by ``__del__`` at the latest.
+The pidfd is opened when a caller first needs it (``send_signal()``,
+``terminate()``, ``kill()``, ``wait(timeout)``, the ``pidfd`` attribute), not
+with every child: most Popens are only waited for, and a pidfd made at the
+spawn (CLONE_PIDFD) and closed at the reap cost each of them more CPU in the
+kernel than the rest of rdmaspawn's own work (issue 29). Opened later, from
+the pid (``pidfd_open``), it can name the right process only while the child
+is unreaped, which Popen alone cannot promise: ``os.wait()``, a
+``waitpid(-1)`` or SIGCHLD ignored may have reaped it behind Popen's back,
+and the pid may since belong to someone else. So the pidfd is kept only
+where ``waitid(P_PIDFD, WNOWAIT)`` then finds a child of this process; a
+stranger that took the pid gets no pidfd and no signal (CPython's
+``os.kill`` would hit it). What remains is a pid recycled, after such a reap
+elsewhere, for another child of this very process: CPython's own ``poll()``
+and ``wait()`` would reap that child too.
+
+The pidfd is O_CLOEXEC (no child inherits it); it is closed once the child
+is reaped (under a lock, so that a concurrent ``send_signal`` never uses a
+closed, reused fd number), and by ``__del__`` at the latest. Where the kernel
+has no ``pidfd_open`` (Linux < 5.3), or it fails (EMFILE), Popen does what
+CPython's does.
 """
 from __future__ import annotations
 
@@ -26,13 +40,14 @@ from .._native import capi as _capi
 
 __all__ = ["PidfdMixin"]
 
-# Called on every Popen, bound once: the C hand-over and a close that keeps
-# the GIL (a pidfd's close never blocks; see _native.capi), and a lock type.
-_request_pidfd = _capi.request_pidfd
-_take_pidfd = _capi.take_pidfd
+# Called where a pidfd is closed: a close that keeps the GIL (a pidfd's close
+# never blocks; see _native.capi).
 _close_fd = _capi.close_fd
-_Lock = threading.Lock
 
+#: Serialises opening, using and closing every Popen's pidfd: all three are
+#: rare (only where a caller needs the pidfd), and one lock needs no lazy
+#: creation of its own.
+_LOCK = threading.Lock()
 
 #: The longest one poll() may sleep: its timeout is an int of milliseconds.
 #: A longer wait (CPython takes any float: 1e300, inf, nan) polls again.
@@ -48,73 +63,110 @@ def _poll_ms(remaining: float) -> float:
     return remaining * 1000
 
 
+def _is_our_child(fd: int) -> bool:
+    """Whether the process ``fd`` names is a child of this process (alive, or
+    exited and not yet reaped): it is left as it is (WNOWAIT)."""
+    try:
+        os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except OSError:  # pragma: no cover - Linux 5.3 has pidfd_open, not P_PIDFD
+        return True
+    return True
+
+
 class PidfdMixin:
-    """For a ``subprocess.Popen`` subclass with ``_cpython_execute_child``."""
+    """For a ``subprocess.Popen`` subclass."""
 
-    #: The child's pidfd, or None (no kernel support, or the child is reaped).
-    pidfd: int | None = None
-    _pidfd_lock: threading.Lock | None = None
+    #: The open pidfd, or None: none opened yet, or closed at the reap.
+    _pidfd: int | None = None
+    #: Whether opening one failed other than by the child being gone: then
+    #: Popen signals as CPython's does.
+    _pidfd_unavailable = False
 
-    def _execute_child(self, *args: Any) -> None:
-        _request_pidfd()
-        try:
-            self._cpython_execute_child(*args)  # type: ignore[attr-defined]
-        except BaseException:
-            fd = _take_pidfd()
-            if fd >= 0:
-                _close_fd(fd)
-            raise
-        fd = _take_pidfd()
-        if fd >= 0:
-            self._pidfd_lock = _Lock()
-            self.pidfd = fd
+    @property
+    def pidfd(self) -> int | None:
+        """The child's pidfd, opened on first use; None once the child is
+        reaped, where someone else reaped it, or where the kernel gives none."""
+        fd = self._pidfd
+        return fd if fd is not None else self._open_pidfd()
+
+    def _open_pidfd(self) -> int | None:
+        with _LOCK:
+            if self._pidfd is not None or self.returncode is not None:  # type: ignore[attr-defined]
+                return self._pidfd
+            try:
+                fd = os.pidfd_open(self.pid)  # type: ignore[attr-defined]
+            except ProcessLookupError:
+                return None  # reaped elsewhere, and the pid is free
+            except (OSError, AttributeError):
+                self._pidfd_unavailable = True
+                return None
+            if not _is_our_child(fd):
+                _close_fd(fd)  # reaped elsewhere, and the pid is a stranger's
+                return None
+            self._pidfd = fd
+            if self.returncode is not None:  # type: ignore[attr-defined]
+                # Reaped by this Popen meanwhile, whose close may have seen
+                # no pidfd yet: each of the two sees the other's write.
+                self._close_pidfd_locked()
+            return self._pidfd
 
     def _close_pidfd(self) -> None:
-        lock = self._pidfd_lock
-        if lock is None or self.pidfd is None:  # None is for good: no lock needed
+        if self._pidfd is None:  # the usual case: none was ever opened
             return
-        with lock:
-            if self.pidfd is not None:
-                _close_fd(self.pidfd)
-                self.pidfd = None
+        with _LOCK:
+            self._close_pidfd_locked()
+
+    def _close_pidfd_locked(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            _close_fd(fd)
 
     # Reaped: by wait() and CPython's _cleanup() of dropped Popens (both
     # through _handle_exitstatus, ECHILD included), or by poll(), which sets
-    # returncode itself when it finds the child reaped by someone else.
+    # returncode itself when it finds the child reaped by someone else. An
+    # open that raced with the reap finds returncode set, under the lock.
     def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:
         super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
-        if self.returncode is not None:  # type: ignore[attr-defined]
+        if self._pidfd is not None and self.returncode is not None:  # type: ignore[attr-defined]
             self._close_pidfd()
 
     def poll(self) -> int | None:
         returncode: int | None = super().poll()  # type: ignore[misc]
-        if returncode is not None:
+        if returncode is not None and self._pidfd is not None:
             self._close_pidfd()
         return returncode
 
     def send_signal(self, sig: int) -> None:
-        lock = self._pidfd_lock
-        if lock is None:
-            super().send_signal(sig)  # type: ignore[misc]
-            return
         self.poll()
-        with lock:
-            if self.pidfd is None:  # reaped meanwhile
+        if self.returncode is not None:  # type: ignore[attr-defined]
+            return  # as CPython: an exited child is not signalled
+        if self.pidfd is None:
+            if self._pidfd_unavailable:
+                super().send_signal(sig)  # type: ignore[misc]
+            return  # reaped meanwhile, here or elsewhere: nothing to signal
+        with _LOCK:
+            if self._pidfd is None:  # reaped meanwhile
                 return
             try:
-                signal.pidfd_send_signal(self.pidfd, sig)
+                signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
                 pass
 
     def _wait(self, timeout: float | None) -> int | None:
-        lock = self._pidfd_lock
-        if timeout is None or lock is None:
+        if timeout is None or self.returncode is not None:  # type: ignore[attr-defined]
             return super()._wait(timeout)  # type: ignore[misc, no-any-return]
         # Sleep until the pidfd says the child exited, instead of CPython's
         # polling loop; then CPython's own code reaps it.
         endtime = time.monotonic() + timeout
-        with lock:
-            fd = -1 if self.pidfd is None else os.dup(self.pidfd)
+        if self._pidfd is None:
+            self._open_pidfd()
+        with _LOCK:
+            try:
+                fd = -1 if self._pidfd is None else os.dup(self._pidfd)
+            except OSError:  # EMFILE: CPython's loop needs no fd
+                fd = -1
         if fd >= 0:
             try:
                 poller = select.poll()
@@ -127,5 +179,6 @@ class PidfdMixin:
         return super()._wait(max(endtime - time.monotonic(), 0))  # type: ignore[misc, no-any-return]
 
     def __del__(self, *args: Any, **kwargs: Any) -> None:
-        self._close_pidfd()
+        if self._pidfd is not None:  # a Popen dropped unwaited
+            self._close_pidfd()
         super().__del__(*args, **kwargs)  # type: ignore[misc]

@@ -25,7 +25,7 @@ from . import forkexec as _forkexec
 from . import interrupts
 from . import pidfd as _pidfd
 from . import posixspawn as _posixspawn
-from .setupkeywords import setup_kwargs_to_preexec_fn
+from .setupkeywords import SETUP_KEYWORDS, setup_kwargs_to_preexec_fn
 
 __all__ = [
     "Popen", "run", "call", "check_call", "check_output", "getoutput",
@@ -135,8 +135,10 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     ``rlimits={resource: (soft, hard)}``, ``nice``, ``ioprio=(class, level)``,
     ``cpu_affinity``, ``no_new_privs``, ``ignore_signals``,
     ``default_signals``, ``signal_mask``, ``cgroup`` and ``controlling_tty``.
-    ``pidfd`` is the child's pidfd where the kernel gives one (else None):
-    signals go through it, so a recycled pid is never signalled.
+    ``pidfd`` is the child's pidfd, opened when first needed, where the
+    kernel gives one (else None): signals go through it, so a pid that
+    someone else reaped and the kernel gave to another process is never
+    signalled (see ``pidfd``).
 
     ``preexec_fn`` values rdmaspawn recognises (its own
     :mod:`rdmaspawn.preexec` helpers, ``os.setsid``,
@@ -150,22 +152,25 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     child is killed and reaped and its pipes closed (see ``interrupts``).
     """
 
-    _cpython_execute_child = _rebind(
+    _execute_child = _rebind(
         subprocess.Popen._execute_child,  # type: ignore[attr-defined]
-        "Popen._cpython_execute_child")
+        "Popen._execute_child")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        _cpython.require()  # before any pipe: this CPython must be one we know
-        # The setup travels as a preexec_fn value that fork_exec recognises.
-        args, kwargs = setup_kwargs_to_preexec_fn(args, kwargs)
+        if _INTERNALS is None:
+            _cpython.require()  # raises, before any pipe: a CPython we do not know
+        if kwargs and not SETUP_KEYWORDS.isdisjoint(kwargs):
+            # The setup travels as a preexec_fn value that fork_exec recognises.
+            args, kwargs = setup_kwargs_to_preexec_fn(args, kwargs)
         owner = interrupts.owner()
         try:
             if owner:
                 interrupts.hold()
             super().__init__(*args, **kwargs)
             if owner:
-                interrupts.replay()   # a SIGINT held back raises here: no Popen
-                interrupts.release()  # and one that came after the replay here
+                # A SIGINT held back raises here (no Popen), and one that
+                # came after the replay at the release.
+                interrupts.finish()
         except BaseException:
             self._discard()  # under the hold, unless the release raised
             if owner:

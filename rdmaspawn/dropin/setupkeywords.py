@@ -12,7 +12,7 @@ from typing import Any
 from .._child.model import Chain, ChildSetup, build, merge
 from . import cpython as _cpython
 
-__all__ = ["setup_kwargs_to_preexec_fn"]
+__all__ = ["SETUP_KEYWORDS", "setup_kwargs_to_preexec_fn"]
 
 # rdmaspawn.Popen's keyword arguments and the ChildSetup field each sets.
 _POPEN_KWARGS = {
@@ -23,6 +23,10 @@ _POPEN_KWARGS = {
 }
 _PREEXEC_FN_POSITION = _cpython.POPEN_PREEXEC_FN_POSITION
 
+#: The keywords :func:`setup_kwargs_to_preexec_fn` folds: a Popen given none
+#: of them need not call it.
+SETUP_KEYWORDS = frozenset(_POPEN_KWARGS)
+
 
 def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
                                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -31,7 +35,7 @@ def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
     The user's own ``preexec_fn`` comes first; a recognised one merges with
     the setup, any other makes a :class:`Chain` (which needs fork).
     """
-    if not kwargs or _POPEN_KWARGS.keys().isdisjoint(kwargs):
+    if not kwargs or SETUP_KEYWORDS.isdisjoint(kwargs):
         return args, kwargs  # the usual Popen: nothing to fold
     fields = {_POPEN_KWARGS[name]: kwargs.pop(name) for name in list(kwargs)
               if name in _POPEN_KWARGS}
