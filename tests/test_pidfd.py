@@ -43,6 +43,18 @@ def test_popen_has_a_pidfd_closed_when_reaped(close_fds: bool) -> None:
     assert proc.pidfd is None and fd not in _pidfds()
 
 
+def test_closed_when_poll_finds_the_child_exited() -> None:
+    """poll() reaps too: the pidfd goes with the child."""
+    proc = rdmaspawn.Popen(["true"])
+    fd = proc.pidfd
+    assert fd is not None
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.returncode == 0
+    assert proc.pidfd is None and fd not in _pidfds()
+
+
 def test_pidfd_is_not_inherited() -> None:
     """The pidfd is O_CLOEXEC: a child started with close_fds=False (which
     keeps every inheritable fd) does not get it."""

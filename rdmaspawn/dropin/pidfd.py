@@ -123,15 +123,11 @@ class PidfdMixin:
         if fd is not None:
             _close_fd(fd)
 
-    # Reaped: by wait() and CPython's _cleanup() of dropped Popens (both
-    # through _handle_exitstatus, ECHILD included), or by poll(), which sets
-    # returncode itself when it finds the child reaped by someone else. An
-    # open that raced with the reap finds returncode set, under the lock.
-    def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:
-        super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
-        if self._pidfd is not None and self.returncode is not None:  # type: ignore[attr-defined]
-            self._close_pidfd()
-
+    # Reaped: by wait() (_wait), by poll() (ECHILD included: it then sets
+    # returncode itself), or by CPython's _cleanup() of a dropped Popen, whose
+    # pidfd __del__ closed already; the close follows each of the first two
+    # (not _handle_exitstatus: one call fewer on every Popen's way). An open
+    # that raced with the reap finds returncode set, under the lock.
     def poll(self) -> int | None:
         returncode: int | None = super().poll()  # type: ignore[misc]
         if returncode is not None and self._pidfd is not None:
@@ -156,9 +152,16 @@ class PidfdMixin:
 
     def _wait(self, timeout: float | None) -> int | None:
         if timeout is None or self.returncode is not None:  # type: ignore[attr-defined]
-            return super()._wait(timeout)  # type: ignore[misc, no-any-return]
-        # Sleep until the pidfd says the child exited, instead of CPython's
-        # polling loop; then CPython's own code reaps it.
+            returncode: int | None = super()._wait(timeout)  # type: ignore[misc]
+        else:
+            returncode = self._wait_on_pidfd(timeout)
+        if returncode is not None and self._pidfd is not None:
+            self._close_pidfd()
+        return returncode
+
+    def _wait_on_pidfd(self, timeout: float) -> int | None:
+        """Sleep until the pidfd says the child exited, instead of CPython's
+        polling loop; then CPython's own code reaps it."""
         endtime = time.monotonic() + timeout
         if self._pidfd is None:
             self._open_pidfd()
