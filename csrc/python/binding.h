@@ -1,6 +1,6 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
- * (fork_exec.c) and the builtins that keep the GIL (functions.c), reached
+ * (fork_exec.c), the plain posix_spawn call (posix_spawn.c) and the builtins that keep the GIL (functions.c), reached
  * through ctypes.PyDLL; and the pidfd hand-over (pidfd.c) and the SIGINT hold
  * (sigint.c), also through cffi (the block between the cdef markers is read
  * by build_ffi.py like rdmaspawn.h's).
@@ -57,6 +57,11 @@ PyObject *rs_fork_exec_params(void);
  * rs_fork_exec_params() sits in this CPython's call (-1: absent). */
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
                            PyObject *chdir_tag);
+
+/* Popen._posix_spawn's plain call (its positional arguments, call) spawned:
+ * the pid, or None where the call is not plain; positions is bytes, where
+ * each parameter sits in the call (see posix_spawn.c). */
+PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions);
 
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */
 PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld);

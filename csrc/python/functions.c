@@ -1,6 +1,7 @@
 /*
  * The binding's C functions that must keep the GIL: what rdmaspawn.Popen
- * calls on every spawn besides fork_exec.
+ * calls on every spawn besides fork_exec, and the plain posix_spawn call
+ * (posix_spawn.c: it releases the GIL for the spawn alone).
  *
  * cffi releases the GIL for every call it makes, even one that does nothing
  * but set a variable; with several threads spawning, each release is a GIL
@@ -134,6 +135,15 @@ static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
     return rs_fork_exec_params();
 }
 
+static PyObject *spawn_posix_plain(PyObject *module, PyObject *args)
+{
+    PyObject *call, *positions;
+    (void)module;
+    if (!PyArg_UnpackTuple(args, "spawn_posix_plain", 2, 2, &call, &positions))
+        return NULL;
+    return rs_spawn_posix_plain(call, positions);
+}
+
 static PyObject *held_fork(PyObject *module, PyObject *args)
 {
     PyObject *fork, *decide, *unheld;
@@ -165,6 +175,9 @@ static PyMethodDef functions[] = {
      "fork_exec's parameter names, in the order fork_exec_new wants positions."},
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
      "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
+    {"spawn_posix_plain", spawn_posix_plain, METH_VARARGS,
+     "spawn_posix_plain(args, positions): Popen._posix_spawn's plain call spawned: "
+     "the pid, or None where the call is not plain."},
     {"held_fork", held_fork, METH_VARARGS,
      "held_fork(f, decide, unheld): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},

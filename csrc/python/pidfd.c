@@ -1,11 +1,12 @@
 /*
  * The pidfd hand-over. fork_exec must return a bare pid, as CPython's does;
  * rdmaspawn.Popen gets the child's pidfd beside it, per thread (a Python
- * thread is one OS thread): it requests one, fork_exec.c sees the request
- * and hands the spawn's pidfd over, and Popen takes it. Python calls these
- * through functions.c's builtins, or through the cffi cdef where ctypes
- * cannot load the module. A file of its own, as both fork_exec.c and
- * functions.c use it, and neither of them the other's part.
+ * thread is one OS thread): it requests one, fork_exec.c (or posix_spawn.c,
+ * for _posix_spawn's plain call) sees the request and hands the spawn's
+ * pidfd over, and Popen takes it. Python calls these through functions.c's
+ * builtins, or through the cffi cdef where ctypes cannot load the module. A
+ * file of its own, as fork_exec.c, posix_spawn.c and functions.c use it,
+ * and none of them another's part.
  */
 #include "binding.h"
 

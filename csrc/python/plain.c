@@ -1,6 +1,6 @@
 /*
- * Whether one argument of fork_exec is plain, and its C form: the values
- * fork_exec.c's C path takes as they are. Anything else (another type, a
+ * Whether one argument of fork_exec (or of _posix_spawn) is plain, and its C
+ * form: the values fork_exec.c's and posix_spawn.c's C paths take as they are. Anything else (another type, a
  * number out of range, a NUL inside a string) is "not plain", never an
  * error: the call goes to the Python implementation, which raises CPython's
  * exceptions. Each function answers 1 (plain, *out set) or 0, and what the C

@@ -1,6 +1,6 @@
 /*
  * plain.c: is a fork_exec argument a plain value, and its C form (with the
- * GIL held). Python-only, like fork_exec.c, its one user.
+ * GIL held). Python-only, like its users, fork_exec.c and posix_spawn.c.
  */
 #ifndef RDMASPAWN_PLAIN_H
 #define RDMASPAWN_PLAIN_H

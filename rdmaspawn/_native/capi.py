@@ -6,14 +6,17 @@ GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
 those cost throughput. So what Popen calls per spawn is plain builtins made
 by csrc/python/functions.c: the C ``fork_exec``, the pidfd hand-over, a
 close that keeps the GIL, the SIGINT hold, the copy of the environ array for
-``env=None``. They are fetched once through ctypes.PyDLL (which holds the
-GIL and passes Python objects, as cffi cannot).
+``env=None``, the plain call of ``Popen._posix_spawn``. They are fetched
+once through ctypes.PyDLL (which holds the GIL and passes Python objects, as
+cffi cannot).
 
 Where ctypes cannot load the module (a process that dropped the privileges
 to read its own install, say), each falls back: the hand-over and the SIGINT
 hold to the same C functions through cffi, ``close_fd`` to ``os.close``,
-``fork_exec_new`` to None (dropin's fork_exec then runs in Python), and
-``environ_snapshot`` to None (the engine then copies the array from Python).
+``fork_exec_new`` to None (dropin's fork_exec then runs in Python),
+``environ_snapshot`` to None (the engine then copies the array from Python),
+and ``spawn_posix_plain`` to None (dropin.posixspawn's plain call then runs
+in Python).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
-           "close_fd", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new", "held_fork"]
+           "close_fd", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
+           "spawn_posix_plain", "held_fork"]
 
 
 @functools.cache
@@ -88,6 +92,12 @@ fork_exec_params: Callable[[], tuple[str, ...]] | None = _functions.get("fork_ex
 #: fork_exec.c's fork_exec object; None without ctypes.
 fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] | None = \
     _functions.get("fork_exec_new")
+#: ``spawn_posix_plain(args, positions)``: csrc/python/posix_spawn.c,
+#: ``Popen._posix_spawn``'s plain call (its positional arguments) spawned: the
+#: pid, or None where the call is not plain; ``positions`` says where each
+#: parameter sits (dropin.posixspawn makes it). None without ctypes.
+spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] | None = \
+    _functions.get("spawn_posix_plain")
 #: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
 #: with its child held until the parent has compared their total_vm, and
 #: ``decide(pid, pages_left_out)`` asked where they differ (it raises to

@@ -343,7 +343,8 @@ def spawn_plain(argv_blob: bytes, argc: int, executable: bytes, flags: int) -> t
     executable path (no NUL), the environ array's copy, no cwd, no fd to
     redirect, keep or close first, nothing else to set. The posix_spawn
     path's usual call (``Popen(argv)``) on 3.13+, without the general path's
-    per-field conversions."""
+    per-field conversions, where ctypes cannot load the module (else
+    csrc/python/posix_spawn.c makes the whole call in C)."""
     res = ffi.new("struct rs_result *")
     lib.rs_spawn_packed(
         argv_blob, argc, executable + b"\0", 1, ffi.NULL, -1, environ_snapshot(), ffi.NULL,

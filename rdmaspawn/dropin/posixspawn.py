@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from .._native import capi as _capi
 from .._native import engine as _engine
@@ -58,6 +58,11 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 _AT = {name: i - 1 for i, name in enumerate(_PARAMETERS)}
 _FD_PARAMS = tuple(_AT[name] for name in ("p2cread", "p2cwrite", "c2pread", "c2pwrite",
                                            "errread", "errwrite"))
+# The same for csrc/python/posix_spawn.c, a byte each: the call's length, then
+# args, executable, env, restore_signals, close_fds (0xff: not a parameter
+# before 3.13) and the six fds.
+_POSITIONS = bytes((len(_PARAMETERS) - 1, _AT["args"], _AT["executable"], _AT["env"],
+                    _AT["restore_signals"], _AT.get("close_fds", 0xFF), *_FD_PARAMS))
 
 
 def _plain(args: tuple[Any, ...]) -> tuple[bytes, int, bytes] | None:
@@ -86,28 +91,47 @@ def _plain(args: tuple[Any, ...]) -> tuple[bytes, int, bytes] | None:
     return blob, argc, executable
 
 
+def _spawn_plain_python(args: tuple[Any, ...], positions: bytes) -> int | None:
+    """csrc/python/posix_spawn.c's ``spawn_posix_plain`` in Python, where
+    ctypes cannot load the module: the plain call spawned (its pid), else
+    None. ``positions`` is the C one's; ``_AT`` says the same here."""
+    plain = _plain(args)
+    if plain is None:
+        return None
+    want_pidfd = _capi.pidfd_requested()
+    close_fds = "close_fds" in _AT and args[_AT["close_fds"]]  # a parameter since 3.13
+    flags = ((close_fds and _request.CLOSE_FDS)
+             | (args[_AT["restore_signals"]] and _request.RESTORE_SIGNALS)
+             | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
+    try:
+        pid, pidfd = _engine.spawn_plain(*plain, flags)
+    except _engine.SpawnError as err:
+        raise OSError(err.errno, os.strerror(err.errno), args[_AT["executable"]]) from None
+    if want_pidfd:
+        _capi.hand_pidfd(pidfd)
+    return pid
+
+
+#: The plain call spawned, ``(args, positions) -> pid or None``: in C where
+#: ctypes loads the module (the whole call with the GIL held but for the
+#: spawn; issue 29: parent CPU), else in Python.
+_spawn_plain: Callable[[tuple[Any, ...], bytes], int | None] = \
+    _spawn_plain_python if _capi.spawn_posix_plain is None else _capi.spawn_posix_plain
+
+
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
     internals = _cpython.require()
-    plain = None if kwargs or internals.posix_spawn_environ else _plain(args)
-    if plain is not None:
-        # Popen(argv) on 3.13+: what the general path below does, its checks
-        # passed already, without its conversions (issue 29: parent CPU).
-        want_pidfd = _capi.pidfd_requested()
-        close_fds = "close_fds" in _AT and args[_AT["close_fds"]]  # a parameter since 3.13
-        flags = ((close_fds and _request.CLOSE_FDS)
-                 | (args[_AT["restore_signals"]] and _request.RESTORE_SIGNALS)
-                 | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
-        try:
-            pid, pidfd = _engine.spawn_plain(*plain, flags)
-        except _engine.SpawnError as err:
-            raise OSError(err.errno, os.strerror(err.errno), args[_AT["executable"]]) from None
-        if want_pidfd:
-            _capi.hand_pidfd(pidfd)
-        self.pid = pid
-        self._child_created = True
-        self._close_pipe_fds(-1, -1, -1, -1, -1, -1)
-        return
+    if not kwargs and not internals.posix_spawn_environ:
+        # Popen(argv) on 3.13+: what the general path below does, without its
+        # conversions, where the call is plain (env None, no fds, str or bytes
+        # strings that pass posix_spawn's checks); any other goes on below.
+        pid = _spawn_plain(args, _POSITIONS)
+        if pid is not None:
+            self.pid = pid
+            self._child_created = True
+            self._close_pipe_fds(-1, -1, -1, -1, -1, -1)
+            return
     a = _bind((self, *args), kwargs)
     env: Mapping[Any, Any] | None = a["env"]
     if env is None and internals.posix_spawn_environ:
