@@ -1,22 +1,13 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
  * (fork_exec.c), the plain posix_spawn call (posix_spawn.c) and the builtins that keep the GIL (functions.c), reached
- * through ctypes.PyDLL; and the pidfd hand-over (pidfd.c) and the SIGINT hold
- * (sigint.c), also through cffi (the block between the cdef markers is read
+ * through ctypes.PyDLL; and the SIGINT hold (sigint.c), also through cffi (the block between the cdef markers is read
  * by build_ffi.py like rdmaspawn.h's).
  */
 #ifndef RDMASPAWN_BINDING_H
 #define RDMASPAWN_BINDING_H
 
 /* cdef-begin */
-
-/* fork_exec returns a bare pid, as CPython's does; the pidfd of the spawn
- * that rdmaspawn.Popen asked for travels beside it, per thread: request,
- * then the spawn hands it (-1: none), then take it, which ends the request. */
-void rs_pidfd_request(void);
-int rs_pidfd_requested(void);
-void rs_pidfd_hand(int pidfd);
-int rs_pidfd_take(void);
 
 /* SIGINT held back while rdmaspawn.Popen builds a child (sigint.c): held
  * says whether a hold is on; hold swaps in a handler that counts (1: held;

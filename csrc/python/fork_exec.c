@@ -179,7 +179,6 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
     r->setsid = setsid;
     r->umask = umask >= 0 ? umask : -1;
     r->pgid = pgid_value >= 0 ? pgid_value : -1;
-    r->want_pidfd = rs_pidfd_requested();
     r->fail_status = RS_FAIL_STATUS_CPYTHON;
     *errpipe_write = fds[7];
     return 1;
@@ -244,18 +243,15 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
     Py_END_ALLOW_THREADS
 
     rs_held_release(&h);
-    if (res.err == 0) {
-        if (r.want_pidfd)
-            rs_pidfd_hand(res.pidfd);
+    if (res.err == 0)
         return PyLong_FromLong(res.pid);
-    }
     if (res.pid < 0) {
         /* No child: CPython raises from its failed fork() itself. */
         errno = res.err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     /* The child failed before exec: the caller reads the pipe and reaps it,
-     * as with CPython (rs_spawn() closed its pidfd). */
+     * as with CPython. */
     report_to_errpipe(self, errpipe_write, &res);
     return PyLong_FromLong(res.pid);
 }

@@ -24,38 +24,6 @@
 
 /* --- the builtins ---------------------------------------------------------- */
 
-static PyObject *request_pidfd(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    rs_pidfd_request();
-    return none();
-}
-
-static PyObject *pidfd_requested(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyBool_FromLong(rs_pidfd_requested());
-}
-
-static PyObject *hand_pidfd(PyObject *module, PyObject *fd)
-{
-    (void)module;
-    long value = PyLong_AsLong(fd);
-    if (value == -1 && PyErr_Occurred())
-        return NULL;
-    rs_pidfd_hand((int)value);
-    return none();
-}
-
-static PyObject *take_pidfd(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyLong_FromLong(rs_pidfd_take());
-}
-
 /* os.close() for an fd whose close cannot block (a pidfd): without
  * releasing the GIL around it. */
 static PyObject *close_fd(PyObject *module, PyObject *fd)
@@ -154,13 +122,6 @@ static PyObject *held_fork(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef functions[] = {
-    {"request_pidfd", request_pidfd, METH_NOARGS,
-     "The next spawn on this thread keeps a pidfd for the caller."},
-    {"pidfd_requested", pidfd_requested, METH_NOARGS,
-     "Whether request_pidfd() was called since the last take_pidfd()."},
-    {"hand_pidfd", hand_pidfd, METH_O, "The spawn's pidfd (-1: none), for take_pidfd()."},
-    {"take_pidfd", take_pidfd, METH_NOARGS,
-     "The pidfd handed over since request_pidfd() (-1: none); ends the request."},
     {"close_fd", close_fd, METH_O, "os.close() without releasing the GIL."},
     {"sigint_hold", sigint_hold, METH_NOARGS,
      "Hold SIGINT back (count it); False where nothing is held."},

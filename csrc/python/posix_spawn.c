@@ -147,9 +147,6 @@ PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions)
         rs_held_release(&h);
         return none();
     }
-    /* The pidfd hand-over, as fork_exec.c's (pidfd.c): rdmaspawn.Popen's. */
-    r.want_pidfd = rs_pidfd_requested();
-
     Py_BEGIN_ALLOW_THREADS
     rs_spawn(&r, &res);
     Py_END_ALLOW_THREADS
@@ -157,7 +154,5 @@ PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions)
     rs_held_release(&h);
     if (res.err)
         return spawn_error(res.err, PyTuple_GetItem(call, at[AT_EXECUTABLE]));
-    if (r.want_pidfd)
-        rs_pidfd_hand(res.pidfd);
     return PyLong_FromLong(res.pid);
 }

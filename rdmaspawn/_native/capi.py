@@ -4,15 +4,15 @@ cffi releases the GIL for every call it makes, even one that only sets a
 variable; with several threads spawning, each release is a hand-over of the
 GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
 those cost throughput. So what Popen calls per spawn is plain builtins made
-by csrc/python/functions.c: the C ``fork_exec``, the pidfd hand-over, a
+by csrc/python/functions.c: the C ``fork_exec``, a
 close that keeps the GIL, the SIGINT hold, the copy of the environ array for
 ``env=None``, the plain call of ``Popen._posix_spawn``. They are fetched
 once through ctypes.PyDLL (which holds the GIL and passes Python objects, as
 cffi cannot).
 
 Where ctypes cannot load the module (a process that dropped the privileges
-to read its own install, say), each falls back: the hand-over and the SIGINT
-hold to the same C functions through cffi, ``close_fd`` to ``os.close``,
+to read its own install, say), each falls back: the SIGINT hold to the
+same C functions through cffi, ``close_fd`` to ``os.close``,
 ``fork_exec_new`` to None (dropin's fork_exec then runs in Python),
 ``environ_snapshot`` to None (the engine then copies the array from Python),
 and ``spawn_posix_plain`` to None (dropin.posixspawn's plain call then runs
@@ -26,8 +26,7 @@ from typing import Any, Callable
 
 from .._rdmaspawn_cffi import lib
 
-__all__ = ["pydll", "request_pidfd", "pidfd_requested", "hand_pidfd", "take_pidfd",
-           "close_fd", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
+__all__ = ["pydll", "close_fd", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
            "spawn_posix_plain", "held_fork"]
 
 
@@ -60,19 +59,6 @@ def _load() -> dict[str, Any]:
 _functions = _load()
 
 
-def _pidfd_requested_cffi() -> bool:
-    return bool(lib.rs_pidfd_requested())
-
-
-#: The next spawn on this thread keeps a pidfd for the caller (per thread:
-#: request, then the spawn hands it over, then take it).
-request_pidfd: Callable[[], None] = _functions.get("request_pidfd", lib.rs_pidfd_request)
-#: Whether request_pidfd() was called since the last take_pidfd().
-pidfd_requested: Callable[[], bool] = _functions.get("pidfd_requested", _pidfd_requested_cffi)
-#: The spawn's pidfd (-1: none), for take_pidfd().
-hand_pidfd: Callable[[int], None] = _functions.get("hand_pidfd", lib.rs_pidfd_hand)
-#: The pidfd handed over since request_pidfd() (-1: none); ends the request.
-take_pidfd: Callable[[], int] = _functions.get("take_pidfd", lib.rs_pidfd_take)
 #: os.close() for an fd whose close cannot block (a pidfd), keeping the GIL.
 close_fd: Callable[[int], None] = _functions.get("close_fd", os.close)
 #: SIGINT held back (csrc/python/sigint.c): whether a hold is on, the hold

@@ -138,14 +138,11 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     flags = ((call.close_fds and _request.CLOSE_FDS)
              | (call.restore_signals and _request.RESTORE_SIGNALS)
              | (call.call_setsid and _request.SETSID))
-    want_pidfd = _capi.pidfd_requested()
-    if want_pidfd:
-        flags |= _request.WANT_PIDFD
     try:
         groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
         gid = arguments.convert_id(call.gid, "gid")
         uid = arguments.convert_id(call.uid, "uid")
-        pid, pidfd = _engine.spawn_request(_request.SpawnRequest(
+        pid, _ = _engine.spawn_request(_request.SpawnRequest(
             call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
             errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
             umask=umask, pgid=pgid, groups=groups, gid=gid, uid=uid, setup=setup))
@@ -172,8 +169,6 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         # errors win over the ids' and the engine's.
         arguments.check_strings(call)
         raise
-    if want_pidfd:
-        _capi.hand_pidfd(pidfd)
     return pid
 
 

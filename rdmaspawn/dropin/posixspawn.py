@@ -98,17 +98,14 @@ def _spawn_plain_python(args: tuple[Any, ...], positions: bytes) -> int | None:
     plain = _plain(args)
     if plain is None:
         return None
-    want_pidfd = _capi.pidfd_requested()
     close_fds = "close_fds" in _AT and args[_AT["close_fds"]]  # a parameter since 3.13
     flags = ((close_fds and _request.CLOSE_FDS)
              | (args[_AT["restore_signals"]] and _request.RESTORE_SIGNALS)
-             | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
+             | _request.REAP_ON_FAILURE)
     try:
-        pid, pidfd = _engine.spawn_plain(*plain, flags)
+        pid, _ = _engine.spawn_plain(*plain, flags)
     except _engine.SpawnError as err:
         raise OSError(err.errno, os.strerror(err.errno), args[_AT["executable"]]) from None
-    if want_pidfd:
-        _capi.hand_pidfd(pidfd)
     return pid
 
 
@@ -142,19 +139,16 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
                               a["c2pwrite"], a["errwrite"]) if fd != -1)
     env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
                                           internals.posix_spawn_str_nul)
-    want_pidfd = _capi.pidfd_requested()
     flags = ((a.get("close_fds", False) and _request.CLOSE_FDS)
              | (a["restore_signals"] and _request.RESTORE_SIGNALS)
-             | (want_pidfd and _request.WANT_PIDFD) | _request.REAP_ON_FAILURE)
+             | _request.REAP_ON_FAILURE)
     try:
-        pid, pidfd = _engine.spawn_request(_request.SpawnRequest(
+        pid, _ = _engine.spawn_request(_request.SpawnRequest(
             a["args"], [executable], env_list, None, a["p2cread"], a["c2pwrite"],
             a["errwrite"], (a["p2cwrite"], a["c2pread"], a["errread"]), (), flags))
     except _engine.SpawnError as err:
         # posix_spawn() reports every failure as an error on its path.
         raise OSError(err.errno, os.strerror(err.errno), executable) from None
-    if want_pidfd:
-        _capi.hand_pidfd(pidfd)
     self.pid = pid
     self._child_created = True
     self._close_pipe_fds(a["p2cread"], a["p2cwrite"], a["c2pread"], a["c2pwrite"],
