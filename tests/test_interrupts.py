@@ -135,13 +135,15 @@ def test_interrupt_during_popen_is_raised_and_the_child_reaped():
 
 def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds():
     """A SIGINT handler of the program's own that only records runs once, after
-    the child has started; Popen() returns normally and the child is the caller's."""
+    the child has started, given the frame of Popen's __init__ (where Python
+    would have run it); Popen() returns normally and the child is the caller's."""
     out = _run(_DURING + textwrap.dedent("""
         import json, signal, subprocess
         import rdmaspawn
 
         seen = []
-        signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+        signal.signal(signal.SIGINT,
+                      lambda signum, frame: seen.extend((signum, frame.f_code.co_name)))
 
         def during():
             signal.raise_signal(signal.SIGINT)
@@ -150,7 +152,7 @@ def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds():
         p = rdmaspawn.Popen(["/bin/sh", "-c", "exit 3"], env=Env(PATH="/bin"))
         print(json.dumps({"status": p.wait(), "seen": seen}))
     """))
-    assert out == {"status": 3, "seen": [2]}
+    assert out == {"status": 3, "seen": [2, "__init__"]}
 
 
 def test_popen_outside_the_main_thread_holds_nothing():
@@ -391,8 +393,8 @@ def test_a_sigint_after_the_replay_still_reaps_the_child() -> None:
 
         real = interrupts.replay
 
-        def replay_then_sigint():
-            real()
+        def replay_then_sigint(*args):
+            real(*args)
             signal.raise_signal(signal.SIGINT)  # counted: the hold is still on
 
         interrupts.replay = replay_then_sigint

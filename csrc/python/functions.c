@@ -50,6 +50,30 @@ static PyObject *sigint_hold(PyObject *module, PyObject *unused)
     return PyBool_FromLong(rs_sigint_hold());
 }
 
+/* The thread that runs Python's signal handlers (dropin/interrupts.py sets
+ * it at import and after os.fork()), for sigint_owner(). */
+static unsigned long main_ident;
+
+static PyObject *sigint_set_main(PyObject *module, PyObject *ident)
+{
+    (void)module;
+    unsigned long value = PyLong_AsUnsignedLong(ident);
+    if (value == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    main_ident = value;
+    return none();
+}
+
+/* Whether this Popen may hold SIGINT back: the main thread, no hold on yet
+ * (a builtin: it is asked on every Popen, and a Python function's call cost
+ * more than the question). */
+static PyObject *sigint_owner(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(PyThread_get_thread_ident() == main_ident && !rs_sigint_held());
+}
+
 static PyObject *sigint_held(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -125,6 +149,10 @@ static PyMethodDef functions[] = {
     {"close_fd", close_fd, METH_O, "os.close() without releasing the GIL."},
     {"sigint_hold", sigint_hold, METH_NOARGS,
      "Hold SIGINT back (count it); False where nothing is held."},
+    {"sigint_set_main", sigint_set_main, METH_O,
+     "The thread that runs Python's signal handlers, by its ident."},
+    {"sigint_owner", sigint_owner, METH_NOARGS,
+     "Whether this thread is that one and no hold is on."},
     {"sigint_held", sigint_held, METH_NOARGS, "Whether SIGINT is held back now."},
     {"sigint_take", sigint_take, METH_NOARGS,
      "How many SIGINTs arrived since the hold or the last take."},

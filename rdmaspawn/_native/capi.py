@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from .._rdmaspawn_cffi import lib
 
-__all__ = ["pydll", "close_fd", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
+__all__ = ["pydll", "close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
            "spawn_posix_plain", "held_fork"]
 
 
@@ -68,6 +68,11 @@ sigint_held: Callable[[], int] = _functions.get("sigint_held", lib.rs_sigint_hel
 sigint_hold: Callable[[], int] = _functions.get("sigint_hold", lib.rs_sigint_hold)
 sigint_take: Callable[[], int] = _functions.get("sigint_take", lib.rs_sigint_take)
 sigint_release: Callable[[], int] = _functions.get("sigint_release", lib.rs_sigint_release)
+#: The thread that runs Python's signal handlers, by ident, and whether the
+#: calling thread is it with no hold on (dropin.interrupts' owner()); None
+#: without ctypes (interrupts then asks in Python).
+sigint_set_main: Callable[[int], None] | None = _functions.get("sigint_set_main")
+sigint_owner: Callable[[], bool] | None = _functions.get("sigint_owner")
 #: A copy of the C environ array (its pointers and a NULL, as bytes), taken
 #: with the GIL held (csrc/python/environ.c); None without ctypes.
 environ_snapshot: Callable[[], bytes] | None = _functions.get("environ_snapshot")

@@ -46,6 +46,7 @@ import _thread
 import os
 import sys
 import threading
+from typing import Callable
 
 from .._native import capi as _capi
 
@@ -67,19 +68,30 @@ _release = _capi.sigint_release
 _main_ident = threading.main_thread().ident
 
 
-def _forked() -> None:
+def _set_main(ident: int | None) -> None:
     global _main_ident
-    _main_ident = _get_ident()
+    _main_ident = ident
+    if _capi.sigint_set_main is not None and ident is not None:
+        _capi.sigint_set_main(ident)
 
 
+def _forked() -> None:
+    _set_main(_get_ident())
+
+
+_set_main(_main_ident)
 os.register_at_fork(after_in_child=_forked)
 
 
-def owner() -> bool:
-    """Whether the caller may hold SIGINT back, and so must release it: the
-    main thread, with no hold on already (a Popen that runs inside a signal
-    handler during another Popen's hold holds nothing of its own)."""
+def _owner_python() -> bool:
     return _get_ident() == _main_ident and not _held()
+
+
+#: Whether the caller may hold SIGINT back, and so must release it: the main
+#: thread, with no hold on already (a Popen that runs inside a signal handler
+#: during another Popen's hold holds nothing of its own). A builtin where
+#: ctypes loads the binding: asked on every Popen.
+owner: Callable[[], bool] = _capi.sigint_owner or _owner_python
 
 
 def hold() -> None:
@@ -89,20 +101,22 @@ def hold() -> None:
         _hold()
 
 
-def replay() -> None:
+def replay(depth: int = 1) -> None:
     """Run SIGINT's handler once for what arrived so far, still under the
-    hold (more keep being counted). It may raise: that is the point."""
+    hold (more keep being counted), with the frame ``depth`` calls up (the
+    Popen's). It may raise: that is the point."""
     if _take():
         handler = _getsignal(_SIGINT)
         if callable(handler):
-            handler(_SIGINT, sys._getframe(1))
+            handler(_SIGINT, sys._getframe(depth))
 
 
 def finish() -> None:
     """:func:`replay`, then :func:`release`: the end of a Popen that was built.
     Either may raise; the caller's release on the way out ends the hold."""
-    replay()
-    release()
+    replay(2)
+    if _release():  # release() without a call of its own: on every Popen
+        _signal.raise_signal(_SIGINT)
 
 
 def release() -> None:
