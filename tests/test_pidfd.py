@@ -2,6 +2,7 @@
 closed when the child is reaped or the Popen goes, never inherited."""
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import shutil
@@ -131,6 +132,26 @@ def test_opened_only_when_asked_for() -> None:
         assert opened == [proc.pid]
     finally:
         os.pidfd_open = real  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("err", [errno.ENOSYS, errno.EMFILE])
+def test_without_pidfd_open_signals_as_cpython(monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    """Where pidfd_open() fails other than for a gone child (a kernel before
+    5.3, the fd limit), ``pidfd`` is None and send_signal() does what
+    CPython's does (os.kill after poll): it must not be lost."""
+    def failing(pid: int, flags: int = 0) -> int:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(os, "pidfd_open", failing)
+    proc = rdmaspawn.Popen(["sleep", "30"])
+    assert proc.pidfd is None
+    proc.terminate()
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    proc = rdmaspawn.Popen(["sleep", "30"])
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.1)   # CPython's polling wait, with no pidfd
+    proc.kill()
+    assert proc.wait() == -signal.SIGKILL
 
 
 # Run in a pid namespace of its own, under a shell as its init (orphans go to
