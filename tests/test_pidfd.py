@@ -215,14 +215,33 @@ def test_timed_wait_uses_the_pidfd() -> None:
 
 
 def test_closed_with_the_popen() -> None:
-    """A Popen that is dropped unwaited closes its pidfd (__del__); the
-    context manager closes it through wait()."""
-    proc = rdmaspawn.Popen(["true"])
+    """A Popen that is dropped unwaited closes its pidfd as it goes: at once
+    where its child has exited (CPython's __del__ reaps it), once a later
+    Popen() has reaped it where it still ran (CPython keeps that Popen until
+    then); the context manager closes it through wait()."""
+    proc = rdmaspawn.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                           stdin=subprocess.PIPE)
     fd = proc.pidfd
     assert fd is not None
+    proc.stdin.close()                   # the child exits, unreaped
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
     del proc
     gc.collect()
     assert fd not in _pidfds()
+
+    proc = rdmaspawn.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                           stdin=subprocess.PIPE)
+    fd, stdin, pid = proc.pidfd, proc.stdin, proc.pid
+    assert fd is not None
+    del proc
+    gc.collect()
+    assert fd in _pidfds()               # kept by CPython for a later reap
+    stdin.close()
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    rdmaspawn.run(["true"])              # its _cleanup() reaps the dropped one
+    gc.collect()
+    assert fd not in _pidfds()
+
     with rdmaspawn.Popen(["true"]) as proc:
         fd = proc.pidfd
     assert proc.pidfd is None and fd not in _pidfds()

@@ -21,8 +21,9 @@ elsewhere, for another child of this very process: CPython's own ``poll()``
 and ``wait()`` would reap that child too.
 
 The pidfd is O_CLOEXEC (no child inherits it); it is closed once the child
-is reaped (under a lock, so that a concurrent ``send_signal`` never uses a
-closed, reused fd number), and by ``__del__`` at the latest. Where the kernel
+is reaped by ``wait()`` or ``poll()`` (under a lock, so that a concurrent
+``send_signal`` never uses a closed, reused fd number), and with the Popen at
+the latest. Where the kernel
 has no ``pidfd_open`` (Linux < 5.3), or it fails (EMFILE), Popen does what
 CPython's does.
 """
@@ -34,7 +35,6 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any
 
 from .._native import capi as _capi
 
@@ -75,11 +75,31 @@ def _is_our_child(fd: int) -> bool:
     return True
 
 
+class _Pidfd:
+    """An open pidfd, closed by :meth:`close` or when this object goes: with
+    the Popen that holds it, so that a Popen dropped unwaited closes it
+    without a ``__del__`` of its own, which every Popen would pay for
+    (CPython's ``__del__`` keeps a Popen whose child still runs until a later
+    ``Popen()`` reaps it; its pidfd goes with it then)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            _close_fd(fd)
+
+    __del__ = close
+
+
 class PidfdMixin:
     """For a ``subprocess.Popen`` subclass."""
 
     #: The open pidfd, or None: none opened yet, or closed at the reap.
-    _pidfd: int | None = None
+    _pidfd: _Pidfd | None = None
     #: Whether opening one failed other than by the child being gone: then
     #: Popen signals as CPython's does.
     _pidfd_unavailable = False
@@ -88,10 +108,10 @@ class PidfdMixin:
     def pidfd(self) -> int | None:
         """The child's pidfd, opened on first use; None once the child is
         reaped, where someone else reaped it, or where the kernel gives none."""
-        fd = self._pidfd
-        return fd if fd is not None else self._open_pidfd()
+        held = self._pidfd if self._pidfd is not None else self._open_pidfd()
+        return held.fd if held is not None else None
 
-    def _open_pidfd(self) -> int | None:
+    def _open_pidfd(self) -> _Pidfd | None:
         with _LOCK:
             if self._pidfd is not None or self.returncode is not None:  # type: ignore[attr-defined]
                 return self._pidfd
@@ -102,10 +122,11 @@ class PidfdMixin:
             except (OSError, AttributeError):
                 self._pidfd_unavailable = True
                 return None
+            held = _Pidfd(fd)
             if not _is_our_child(fd):
-                _close_fd(fd)  # reaped elsewhere, and the pid is a stranger's
+                held.close()  # reaped elsewhere, and the pid is a stranger's
                 return None
-            self._pidfd = fd
+            self._pidfd = held
             if self.returncode is not None:  # type: ignore[attr-defined]
                 # Reaped by this Popen meanwhile, whose close may have seen
                 # no pidfd yet: each of the two sees the other's write.
@@ -119,15 +140,16 @@ class PidfdMixin:
             self._close_pidfd_locked()
 
     def _close_pidfd_locked(self) -> None:
-        fd, self._pidfd = self._pidfd, None
-        if fd is not None:
-            _close_fd(fd)
+        held, self._pidfd = self._pidfd, None
+        if held is not None:
+            held.close()
 
     # Reaped: by wait() (_wait), by poll() (ECHILD included: it then sets
-    # returncode itself), or by CPython's _cleanup() of a dropped Popen, whose
-    # pidfd __del__ closed already; the close follows each of the first two
-    # (not _handle_exitstatus: one call fewer on every Popen's way). An open
-    # that raced with the reap finds returncode set, under the lock.
+    # returncode itself), or by CPython's _cleanup() of a dropped Popen, which
+    # then lets the Popen go, and its _Pidfd with it; the close follows each
+    # of the first two (not _handle_exitstatus: one call fewer on every
+    # Popen's way). An open that raced with the reap finds returncode set,
+    # under the lock.
     def poll(self) -> int | None:
         returncode: int | None = super().poll()  # type: ignore[misc]
         if returncode is not None and self._pidfd is not None:
@@ -146,7 +168,7 @@ class PidfdMixin:
             if self._pidfd is None:  # reaped meanwhile
                 return
             try:
-                signal.pidfd_send_signal(self._pidfd, sig)
+                signal.pidfd_send_signal(self._pidfd.fd, sig)
             except ProcessLookupError:
                 pass
 
@@ -167,7 +189,7 @@ class PidfdMixin:
             self._open_pidfd()
         with _LOCK:
             try:
-                fd = -1 if self._pidfd is None else os.dup(self._pidfd)
+                fd = -1 if self._pidfd is None else os.dup(self._pidfd.fd)
             except OSError:  # EMFILE: CPython's loop needs no fd
                 fd = -1
         if fd >= 0:
@@ -180,8 +202,3 @@ class PidfdMixin:
             finally:
                 os.close(fd)
         return super()._wait(max(endtime - time.monotonic(), 0))  # type: ignore[misc, no-any-return]
-
-    def __del__(self, *args: Any, **kwargs: Any) -> None:
-        if self._pidfd is not None:  # a Popen dropped unwaited
-            self._close_pidfd()
-        super().__del__(*args, **kwargs)  # type: ignore[misc]
