@@ -135,6 +135,12 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
         return 0;
     char **ptrs = h->block;
     int *keep_fds = (int *)(ptrs + slots);
+    char **envp = ptrs + argc + 1 + nexec + 1;
+    /* The environ array is copied straight after it was counted (environ.c):
+     * the strings' conversion below allocates objects, and a GC pass it
+     * starts could run a finalizer that changes the environment. */
+    if (env == Py_None)
+        rs_environ_snapshot(envp, (int)nenv);
 
     int n_keep = 0, prev = -1;
     for (Py_ssize_t i = 0; i < nkeep; i++) {
@@ -150,10 +156,7 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
     if (!rs_plain_strings(argv, argc, ptrs, h)
             || !rs_plain_strings(exec_list, nexec, ptrs + argc + 1, h))
         return 0;
-    char **envp = ptrs + argc + 1 + nexec + 1;
-    if (env == Py_None)
-        rs_environ_snapshot(envp, (int)nenv);   /* environ.c */
-    else if (!rs_plain_strings(env, nenv, envp, h))
+    if (env != Py_None && !rs_plain_strings(env, nenv, envp, h))
         return 0;
     if (cwd != Py_None && !(r->cwd = rs_plain_string(cwd, h)))
         return 0;
