@@ -23,9 +23,8 @@ and ``wait()`` would reap that child too.
 The pidfd is O_CLOEXEC (no child inherits it); it is closed once the child
 is reaped by ``wait()`` or ``poll()`` (under a lock, so that a concurrent
 ``send_signal`` never uses a closed, reused fd number), and with the Popen at
-the latest. Where the kernel
-has no ``pidfd_open`` (Linux < 5.3), or it fails (EMFILE), Popen does what
-CPython's does.
+the latest. Where the kernel has no ``pidfd_open`` (Linux < 5.3), or it
+fails (EMFILE), Popen does what CPython's does.
 """
 from __future__ import annotations
 
