@@ -20,7 +20,7 @@ memory and a buffer on pages of its own left out), it warns with :class:`ForkHaz
   own count says whether the child lacks pages: ``total_vm`` from
   ``/proc/PID/statm``, read before and after, which costs the same at any
   number of mappings.  Only where the counts differ does the guard read
-  ``/proc/self/smaps`` (:func:`_after_fork`); a refused child is killed
+  ``/proc/self/smaps`` (:func:`_after_fork`, through :mod:`.forklook`); a refused child is killed
   before it runs and reaped.  The same count of pages every time, all of it
   device memory already seen, is answered from ``/proc/self/maps`` (see
   :mod:`.devicememo`).
@@ -50,12 +50,13 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
 ``fork_exec`` is positional only; which argument is which on each version,
 and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 
-Why one module of this length: it has one job, the guard's Python side (what
-it wraps, how a wrapper decides, how it comes off again), and it is the module
+Why one module of this length: it has one job, putting the guard's wrappers
+in place and taking them off again (what it wraps, the wrappers, how a
+wrapper comes off a chain, the context manager), and it is the module
 ``RDMASPAWN=on`` loads into every interpreter at start-up, where each further
-module is an import every interpreter pays (issue 29). The part that runs only
-at a fork (:func:`_check` to :func:`_hazard`) could live in a module of its own
-loaded at the first fork; that split is the next step, not taken yet.
+module is an import every interpreter pays (issue 29). What a wrapper reads
+when a fork comes (/proc, the doctor's rule, the message, whether a
+``fork_exec`` call forks) is :mod:`.forklook`'s, loaded at the first fork.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -125,26 +126,19 @@ def _check(what: str) -> None:
     if mode is None:
         return
     try:
-        # Imported here (not at every start under RDMASPAWN=on), so the import
-        # is part of the look: one that fails (no descriptor to read the
-        # module with, no sys.meta_path at shutdown) is a failed look too.
-        from .._host.procfs import has_dontfork, read_smaps
+        # Imported here, at a fork (not at every start under RDMASPAWN=on),
+        # so the import is part of the look: one that fails (no descriptor
+        # to read the module with, no sys.meta_path at shutdown) is a failed
+        # look too.
+        from . import forklook
 
-        if not has_dontfork():
-            return
-        maps = _hazards(read_smaps())
+        maps = forklook.hazards_now()
+        msg = forklook.message(what, maps) if maps else ""
     except (OSError, ImportError):
         return  # /proc unreadable, or no import at shutdown: never block on a failed look
     if maps:
         # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
-        _hazard(what, mode, maps, stacklevel=5)
-
-
-def _hazards(smaps: bytes) -> "list[Mapping]":
-    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``)."""
-    from .._host.forkrisk import hazards_in
-
-    return [f.mapping for f in hazards_in(smaps)]
+        _hazard(mode, msg, maps, stacklevel=5)
 
 
 def _after_fork(what: str, pid: int, left_out: int) -> None:
@@ -158,19 +152,15 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     if mode is None:
         return
     try:
-        from .._host.procfs import read_smaps
-        from . import devicememo
+        from . import forklook
 
-        if devicememo.explains(left_out):
-            return
-        data = read_smaps()
-        devicememo.learn(data)
-        maps = _hazards(data)
+        maps = forklook.hazards_after_fork(left_out)
+        msg = forklook.message(what, maps) if maps else ""
     except (OSError, ImportError):
         return  # /proc (or a module) unreadable, or no import at shutdown: never block a fork
     if maps:
         # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller.
-        _hazard(what, mode, maps, stacklevel=4)
+        _hazard(mode, msg, maps, stacklevel=4)
 
 
 def _unheld(what: str) -> None:
@@ -180,20 +170,7 @@ def _unheld(what: str) -> None:
     _check(what)
 
 
-def _hazard(what: str, mode: str, maps: "Sequence[Mapping]", stacklevel: int) -> None:
-    shown = "; ".join(m.describe() for m in maps[:5])
-    if len(maps) > 5:
-        shown += f"; and {len(maps) - 5} more"
-    # patch() in force already: advise only what is left to do (loaded only
-    # where it is: this may run at shutdown, where nothing can be imported).
-    patched = sys.modules.get("rdmaspawn.dropin.patch")
-    spawners = ("rdmaspawn.Popen" if patched is not None and patched.is_patched()
-                else "rdmaspawn.Popen or rdmaspawn.patch()")
-    msg = (
-        f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
-        f"get those pages and may die with SIGSEGV before exec. Use {spawners} "
-        "without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
-    )
+def _hazard(mode: str, msg: str, maps: "Sequence[Mapping]", stacklevel: int) -> None:
     if mode == "raise":
         raise ForkHazardError(msg, maps)
     import warnings
@@ -201,20 +178,13 @@ def _hazard(what: str, mode: str, maps: "Sequence[Mapping]", stacklevel: int) ->
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=stacklevel)
 
 
-def _fork_exec_forks(args: "tuple[Any, ...]", preexec_only: bool) -> bool:
-    """Whether this call of the wrapped fork_exec will fork() (see the module docstring)."""
-    from .._child.recognize import as_setup
-    from ..dropin import cpython as _cpython
-
+def _fork_exec_would_fork(args: "tuple[Any, ...]", inner: "Any") -> bool:
+    """Whether this call of ``inner`` (a fork_exec) will fork() (see the module docstring)."""
     try:
-        call = _cpython.unpack_fork_exec(args)
-    except TypeError:
-        return False  # a wrong argument count: the callee raises
-    except _cpython.UnsupportedPython:
-        return True  # a CPython we do not know: assume the worst
-    if preexec_only and call.preexec_fn is not None and as_setup(call.preexec_fn) is not None:
-        return False  # the engine runs the preexec_fn values it recognises without fork
-    return _cpython.fork_exec_forks(call, preexec_only)
+        from .forklook import fork_exec_forks
+    except (ImportError, OSError):
+        return False  # a failed look (at shutdown, say): the call goes ahead, as unguarded
+    return fork_exec_forks(args, _forks_only_for_preexec(inner))
 
 
 def _is_engine(fn: "Any") -> bool:
@@ -314,7 +284,7 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
         if (guarded_fork_exec in _active and not _is_engine(inner)
-                and _fork_exec_forks(args, _forks_only_for_preexec(inner))):
+                and _fork_exec_would_fork(args, inner)):
             _check(what)
         return inner(*args, **kwargs)
 

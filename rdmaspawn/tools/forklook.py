@@ -1,0 +1,83 @@
+"""What the guard reads at a fork: whether a fork() child would trip on
+MADV_DONTFORK memory, what to tell the caller, and whether a ``fork_exec``
+call forks at all.
+
+The guard (:mod:`.guard`) is loaded into every interpreter that
+``RDMASPAWN=on`` starts, so it holds only what a wrapper needs to be in
+place; this module is what a wrapper needs when a fork comes, imported then
+(issue 29: start-up). Everything here may raise ``OSError`` or
+``ImportError`` (a /proc it cannot read, no descriptor left, no import at
+interpreter shutdown): the guard takes that as a failed look and lets the
+fork go ahead, as it goes unguarded.
+"""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from .._host.forkrisk import hazards_in
+from .._host.procfs import has_dontfork, read_smaps
+from . import devicememo
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._host.procfs import Mapping
+
+__all__ = ["hazards_now", "hazards_after_fork", "message", "fork_exec_forks"]
+
+
+def _hazards(smaps: bytes) -> list[Mapping]:
+    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``)."""
+    return [f.mapping for f in hazards_in(smaps)]
+
+
+def hazards_now() -> list[Mapping]:
+    """Before a fork: what in this process a child would lack and trip on."""
+    if not has_dontfork():
+        return []
+    return _hazards(read_smaps())
+
+
+def hazards_after_fork(left_out: int) -> list[Mapping]:
+    """A held child lacks ``left_out`` pages (-1: unknown): what they are,
+    unless they are the device memory already seen (:mod:`.devicememo`)."""
+    if devicememo.explains(left_out):
+        return []
+    data = read_smaps()
+    devicememo.learn(data)
+    return _hazards(data)
+
+
+def message(what: str, maps: Sequence[Mapping]) -> str:
+    """The warning's or the refusal's text: what would fork, over what, and what to use."""
+    shown = "; ".join(m.describe() for m in maps[:5])
+    if len(maps) > 5:
+        shown += f"; and {len(maps) - 5} more"
+    # patch() in force already: advise only what is left to do (looked up
+    # where it is loaded: importing it would load subprocess into a process
+    # that may never spawn, or fail at shutdown).
+    patched = sys.modules.get("rdmaspawn.dropin.patch")
+    spawners = ("rdmaspawn.Popen" if patched is not None and patched.is_patched()
+                else "rdmaspawn.Popen or rdmaspawn.patch()")
+    return (
+        f"{what} would fork() a process that holds MADV_DONTFORK memory ({shown}): the child does not "
+        f"get those pages and may die with SIGSEGV before exec. Use {spawners} "
+        "without preexec_fn, or multiprocessing 'spawn'/'forkserver'."
+    )
+
+
+def fork_exec_forks(args: tuple[Any, ...], preexec_only: bool) -> bool:
+    """Whether this call of the wrapped fork_exec will fork() (see :mod:`.guard`)."""
+    from .._child.recognize import as_setup
+    from ..dropin import cpython as _cpython
+
+    try:
+        call = _cpython.unpack_fork_exec(args)
+    except TypeError:
+        return False  # a wrong argument count: the callee raises
+    except _cpython.UnsupportedPython:
+        return True  # a CPython we do not know: assume the worst
+    if preexec_only and call.preexec_fn is not None and as_setup(call.preexec_fn) is not None:
+        return False  # the engine runs the preexec_fn values it recognises without fork
+    return _cpython.fork_exec_forks(call, preexec_only)
