@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
 from helpers.process_state import children
 
 from rdmaspawn.dropin import cpython as _cpython
@@ -223,3 +224,27 @@ def test_a_c_table_that_is_not_fork_exec_calls_is_refused(monkeypatch):
     monkeypatch.setattr(_capi, "fork_exec_params", lambda: renamed)
     with pytest.raises(RuntimeError, match="argv"):
         forkexec.make_fork_exec(forkexec._cpython_fork_exec())
+
+
+@pytest.mark.parametrize("n_args, n_env", [(3, 3), (40, 3), (3, 400), (300, 300)])
+def test_argv_and_environment_of_every_size_reach_the_child(n_args: int, n_env: int) -> None:
+    """The C path keeps the first strings and pointer arrays in its own frame
+    and the rest in a list and a PyMem block (csrc/python/plain.c): a child
+    gets every argument and variable either way, str and bytes, as under
+    CPython's subprocess."""
+    import json
+    import subprocess
+    import sys
+
+    import rdmaspawn
+
+    code = "import json, os, sys; print(json.dumps([sys.argv[1:], dict(os.environ)]))"
+    args = [sys.executable, "-c", code] + [f"arg{i}" if i % 2 else f"arg{i}".encode()
+                                           for i in range(n_args)]
+    env = {f"V{i}": f"value {i}" for i in range(n_env)}
+    ours = rdmaspawn.run(args, env=env, capture_output=True, check=True)
+    stock = subprocess.run(args, env=env, capture_output=True, check=True)
+    assert ours.stdout == stock.stdout
+    child_args, child_env = json.loads(ours.stdout)
+    assert child_args == [f"arg{i}" for i in range(n_args)]
+    assert {k: v for k, v in child_env.items() if k != "LC_CTYPE"} == env  # C locale coercion

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import textwrap
 
+import pytest
 from helpers.child import python_argv
 from helpers.report import last_json
 
@@ -19,8 +20,23 @@ from helpers.report import last_json
 _DEFAULT_SIGINT = "import signal as _signal\n_signal.signal(_signal.SIGINT, _signal.default_int_handler)\n"
 
 
-def _run(code: str, timeout: int = 120) -> dict:
-    res = subprocess.run(python_argv(_DEFAULT_SIGINT + textwrap.dedent(code)),
+# Popen.__init__ is C (csrc/python/popen_init.c) where ctypes loads the
+# binding, and the Python one (dropin/popen.py) takes the calls the C one
+# hands it, and all calls without ctypes: each test runs with each.
+_INITS = {
+    "c": "",
+    "python": "import rdmaspawn as _rs\nfrom rdmaspawn.dropin import popen as _popen\n"
+              "_rs.Popen.__init__ = _popen._init_python\n",
+}
+
+
+@pytest.fixture(params=sorted(_INITS))
+def init(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+def _run(code: str, init: str, timeout: int = 120) -> dict:
+    res = subprocess.run(python_argv(_DEFAULT_SIGINT + _INITS[init] + textwrap.dedent(code)),
                          capture_output=True, text=True, timeout=timeout)
     return last_json(res)  # type: ignore[no-any-return]
 
@@ -39,7 +55,7 @@ class Env(dict):
 """
 
 
-def test_sigint_storm_leaks_no_child_and_no_fd():
+def test_sigint_storm_leaks_no_child_and_no_fd(init: str) -> None:
     """SIGINTs at random moments of a loop of Popen(stdin/stdout/stderr=PIPE):
     every interrupt reaches the caller, and afterwards (the Popens the caller
     got waited for, abandoned ones collected) no child and no fd is left.
@@ -102,12 +118,12 @@ def test_sigint_storm_leaks_no_child_and_no_fd():
         print(json.dumps({"interrupts": interrupts,
                           "children": sorted(set(children()) - set(kids)),
                           "fds": sorted(open_fds() - fds)}))
-    """)
+    """, init)
     assert out["interrupts"] > 20, out  # the storm did land
     assert out["children"] == [] and out["fds"] == [], out
 
 
-def test_interrupt_during_popen_is_raised_and_the_child_reaped():
+def test_interrupt_during_popen_is_raised_and_the_child_reaped(init: str) -> None:
     """A SIGINT that arrives while Popen() runs (here: from the env mapping
     it reads: items() where CPython builds the list itself, keys() where
     os.posix_spawn's rules read it) is raised when Popen() would return; the caller never gets the
@@ -129,14 +145,14 @@ def test_interrupt_during_popen_is_raised_and_the_child_reaped():
         print(json.dumps({"raised": raised, "children": children() == kids,
                           "fds": open_fds() == fds,
                           "handler": signal.getsignal(signal.SIGINT) is signal.default_int_handler}))
-    """))
+    """), init)
     assert out == {"raised": True, "children": True, "fds": True, "handler": True}
 
 
-def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds():
+def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds(init: str) -> None:
     """A SIGINT handler of the program's own that only records runs once, after
-    the child has started, given the frame of Popen's __init__ (where Python
-    would have run it); Popen() returns normally and the child is the caller's."""
+    the child has started, given the frame of the code that called Popen();
+    Popen() returns normally and the child is the caller's."""
     out = _run(_DURING + textwrap.dedent("""
         import json, signal, subprocess
         import rdmaspawn
@@ -149,13 +165,17 @@ def test_a_handler_that_does_not_raise_runs_once_and_popen_succeeds():
             signal.raise_signal(signal.SIGINT)
             signal.raise_signal(signal.SIGINT)
 
-        p = rdmaspawn.Popen(["/bin/sh", "-c", "exit 3"], env=Env(PATH="/bin"))
-        print(json.dumps({"status": p.wait(), "seen": seen}))
-    """))
-    assert out == {"status": 3, "seen": [2, "__init__"]}
+        def start():
+            return rdmaspawn.Popen(["/bin/sh", "-c", "exit 3"], env=Env(PATH="/bin"))
+
+        print(json.dumps({"status": start().wait(), "seen": seen,
+                          "init": type(rdmaspawn.Popen.__init__).__name__}))
+    """), init)
+    assert out == {"status": 3, "seen": [2, "start"],
+                   "init": "Popen_init" if init == "c" else "function"}
 
 
-def test_popen_outside_the_main_thread_holds_nothing():
+def test_popen_outside_the_main_thread_holds_nothing(init: str) -> None:
     """In another thread no handler can run, so nothing is swapped."""
     out = _run("""
         import json, signal, threading
@@ -168,7 +188,7 @@ def test_popen_outside_the_main_thread_holds_nothing():
         t = threading.Thread(target=work)
         t.start(); t.join()
         print(json.dumps(seen))
-    """)
+    """, init)
     assert out == [True, 0]
 
 
@@ -185,7 +205,7 @@ SA_RESTART = 0x10000000
 """
 
 
-def test_the_hold_keeps_sa_restart() -> None:
+def test_the_hold_keeps_sa_restart(init: str) -> None:
     """SIGINT's SA_RESTART (``signal.siginterrupt(SIGINT, False)``) is there
     after Popen() as before it; the hold dropped it (Python's signal()
     installs without it)."""
@@ -198,11 +218,11 @@ def test_the_hold_keeps_sa_restart() -> None:
         rdmaspawn.Popen(["/bin/true"]).wait()
         print(json.dumps({"restart_before": bool(before & SA_RESTART),
                           "same_flags": sigint_flags() == before}))
-    """))
+    """), init)
     assert out == {"restart_before": True, "same_flags": True}
 
 
-def test_a_handler_installed_during_popen_stays() -> None:
+def test_a_handler_installed_during_popen_stays(init: str) -> None:
     """A SIGINT handler the program installs while Popen() runs (here from
     the env mapping it reads; in the field from another signal's handler) is
     SIGINT's handler afterwards; the hold put back the stale one."""
@@ -218,11 +238,11 @@ def test_a_handler_installed_during_popen_stays() -> None:
 
         rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
         print(json.dumps({"kept": signal.getsignal(signal.SIGINT) is later}))
-    """))
+    """), init)
     assert out == {"kept": True}
 
 
-def test_sigint_changes_from_a_signal_handler_during_spawns_all_stay() -> None:
+def test_sigint_changes_from_a_signal_handler_during_spawns_all_stay(init: str) -> None:
     """A SIGTERM handler that installs a new SIGINT handler, run at random
     moments of a spawn loop (a thread sends SIGTERM, then waits until the
     handler ran): after each, SIGINT's handler is the one it installed (34
@@ -267,11 +287,11 @@ def test_sigint_changes_from_a_signal_handler_during_spawns_all_stay() -> None:
         stop.set()
         t.join()
         print(json.dumps({"changes": len(installed), "lost": len(lost)}))
-    """)
+    """, init)
     assert out["changes"] == 60 and out["lost"] == 0, out
 
 
-def test_the_handler_table_is_the_programs_while_popen_runs() -> None:
+def test_the_handler_table_is_the_programs_while_popen_runs(init: str) -> None:
     """Code that Popen() runs (here the env mapping it reads) sees SIGINT's
     handler as the program set it: the hold works on the kernel's action,
     not on Python's table (which showed a recorder of the hold's own)."""
@@ -290,11 +310,11 @@ def test_the_handler_table_is_the_programs_while_popen_runs() -> None:
 
         rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
         print(json.dumps({"seen": seen[:1], "after": signal.getsignal(signal.SIGINT) is mine}))
-    """))
+    """), init)
     assert out == {"seen": [True], "after": True}
 
 
-def test_siginterrupt_during_popen_stays() -> None:
+def test_siginterrupt_during_popen_stays(init: str) -> None:
     """``signal.siginterrupt(SIGINT, False)`` called while Popen() runs is in
     force afterwards (SA_RESTART set); the hold's release dropped it."""
     out = _run(_FLAGS + _DURING + textwrap.dedent("""
@@ -309,11 +329,11 @@ def test_siginterrupt_during_popen_stays() -> None:
         rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
         print(json.dumps({"restart_before": bool(before & SA_RESTART),
                           "restart_after": bool(sigint_flags() & SA_RESTART)}))
-    """))
+    """), init)
     assert out == {"restart_before": False, "restart_after": True}
 
 
-def test_a_process_forked_during_the_hold_gets_sigint_back() -> None:
+def test_a_process_forked_during_the_hold_gets_sigint_back(init: str) -> None:
     """A process fork()ed while Popen() holds SIGINT back (here by the env
     mapping Popen() reads; in the field by another thread) answers SIGINT
     with KeyboardInterrupt: nothing in it would ever end the hold, and it
@@ -340,35 +360,47 @@ def test_a_process_forked_during_the_hold_gets_sigint_back() -> None:
 
         rdmaspawn.Popen(["/bin/true"], env=Env(PATH="/bin")).wait()
         print(json.dumps(statuses[:1]))
-    """))
+    """), init)
     assert out == [0]
 
 
-def test_an_exception_just_after_the_hold_leaves_no_hold() -> None:
-    """An exception raised between the hold's system call and its caller's
-    receipt of the result (in the field: a SIGINT that Python recorded just
-    before the swap, its handler run just after) leaves SIGINT as the
-    program set it: the next SIGINT raises KeyboardInterrupt, and the next
-    Popen holds again."""
+# Where each __init__ first runs Python code after the hold's system call:
+# an exception raised there (a SIGINT that Python recorded just before the
+# swap, its handler run there) must end the hold.
+_RAISE_AFTER_HOLD = {
+    "python": """
+        real = interrupts._hold
+        def after_hold():
+            real()
+            raise KeyboardInterrupt
+        interrupts._hold = after_hold
+    """,
+    "c": """
+        real = subprocess.Popen.__init__
+        def after_hold(*args, **kwargs):
+            assert capi.sigint_held()
+            raise KeyboardInterrupt
+        subprocess.Popen.__init__ = after_hold
+    """,
+}
+
+
+def test_an_exception_just_after_the_hold_leaves_no_hold(init: str) -> None:
+    """An exception raised between the hold's system call and the next step
+    (in the field: a SIGINT that Python recorded just before the swap, its
+    handler run just after) leaves SIGINT as the program set it: the next
+    SIGINT raises KeyboardInterrupt."""
     out = _run("""
-        import json, signal
+        import json, signal, subprocess
         import rdmaspawn
         from rdmaspawn._native import capi
         from rdmaspawn.dropin import interrupts
-
-        real = interrupts._hold
-
-        def hold_then_raise():
-            real()
-            raise KeyboardInterrupt
-
-        interrupts._hold = hold_then_raise
+    """ + _RAISE_AFTER_HOLD[init] + """
         try:
             rdmaspawn.Popen(["/bin/true"])
             raised = False
         except KeyboardInterrupt:
             raised = True
-        interrupts._hold = real
         held_after = bool(capi.sigint_held())
         try:
             signal.raise_signal(signal.SIGINT)
@@ -377,34 +409,40 @@ def test_an_exception_just_after_the_hold_leaves_no_hold() -> None:
             next_sigint = "KeyboardInterrupt"
         print(json.dumps({"raised": raised, "held_after": held_after,
                           "next_sigint": next_sigint}))
-    """)
+    """, init)
     assert out == {"raised": True, "held_after": False, "next_sigint": "KeyboardInterrupt"}
 
 
-def test_a_sigint_after_the_replay_still_reaps_the_child() -> None:
+def test_a_sigint_after_the_replay_still_reaps_the_child(init: str) -> None:
     """A SIGINT that arrives after the held ones were replayed, while the
     hold ends, is raised by the release; the caller never gets that Popen, so
-    its child is killed and reaped and its pipes closed all the same."""
-    out = _run("""
+    its child is killed and reaped and its pipes closed all the same. Here
+    the handler's first run (the replay) sends it, and its second (the
+    release's) raises."""
+    out = _run(_DURING + textwrap.dedent("""
         import json, signal, subprocess
         import rdmaspawn
-        from rdmaspawn.dropin import interrupts
         from helpers.process_state import children, open_fds
 
-        real = interrupts.replay
+        runs = []
+        def handler(signum, frame):
+            runs.append(signum)
+            if len(runs) == 1:
+                signal.raise_signal(signal.SIGINT)  # counted: the hold is still on
+            else:
+                raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, handler)
 
-        def replay_then_sigint(*args):
-            real(*args)
-            signal.raise_signal(signal.SIGINT)  # counted: the hold is still on
+        def during():
+            signal.raise_signal(signal.SIGINT)
 
-        interrupts.replay = replay_then_sigint
         fds, kids = open_fds(), children()
         try:
-            rdmaspawn.Popen(["/bin/sleep", "30"], stdout=subprocess.PIPE)
+            rdmaspawn.Popen(["/bin/sleep", "30"], stdout=subprocess.PIPE, env=Env(PATH="/bin"))
             raised = False
         except KeyboardInterrupt:
             raised = True
-        print(json.dumps({"raised": raised, "children": children() == kids,
-                          "fds": open_fds() == fds}))
-    """)
-    assert out == {"raised": True, "children": True, "fds": True}
+        print(json.dumps({"raised": raised, "runs": len(runs),
+                          "children": children() == kids, "fds": open_fds() == fds}))
+    """), init)
+    assert out == {"raised": True, "runs": 2, "children": True, "fds": True}

@@ -9,11 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 import rdmaspawn
+from rdmaspawn.dropin import pidfd
 
 
 def _open_fds() -> set[int]:
@@ -42,6 +44,30 @@ def test_popen_has_a_pidfd_closed_when_reaped(close_fds: bool) -> None:
     proc.kill()
     assert proc.wait() == -signal.SIGKILL
     assert proc.pidfd is None and fd not in _pidfds()
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-pidfd", "later"])
+def test_opened_by_another_thread_during_wait_is_closed(
+        monkeypatch: pytest.MonkeyPatch, first: bool) -> None:
+    """A pidfd that another thread opens while wait() blocks (send_signal(),
+    say) is closed when that wait() reaps the child: also where it is this
+    process's first (Popen._wait then took the path that looks for none)."""
+    monkeypatch.setattr(pidfd, "any_opened", not first)
+    proc = rdmaspawn.Popen(["sleep", "30"])
+    opened = []
+
+    def opener() -> None:
+        time.sleep(0.3)  # wait() blocks by now
+        opened.append(proc.pidfd)
+        proc.terminate()
+
+    thread = threading.Thread(target=opener)
+    thread.start()
+    assert proc.wait() == -signal.SIGTERM
+    thread.join()
+    assert opened[0] is not None
+    assert proc.pidfd is None
+    assert opened[0] not in _pidfds()
 
 
 def test_closed_when_poll_finds_the_child_exited() -> None:

@@ -1,6 +1,6 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
- * (fork_exec.c), the plain posix_spawn call (posix_spawn.c) and the builtins that keep the GIL (functions.c), reached
+ * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), Popen's __init__ (popen_init.c) and the builtins that keep the GIL (functions.c), reached
  * through ctypes.PyDLL; and the SIGINT hold (sigint.c), also through cffi (the block between the cdef markers is read
  * by build_ffi.py like rdmaspawn.h's).
  */
@@ -20,6 +20,12 @@ long rs_sigint_take(void);
 long rs_sigint_release(void);
 
 /* cdef-end */
+
+/* The thread that runs Python's signal handlers, by its ident (sigint.c);
+ * whether the calling thread is it with no hold on, so that it may hold
+ * SIGINT back. */
+void rs_sigint_set_main(unsigned long ident);
+int rs_sigint_owner(void);
 
 /* The C environment for a spawn with env=None (environ.c): its entry count,
  * then a private copy of the array (count pointers and a NULL) into out.
@@ -53,6 +59,13 @@ PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *position
  * the pid, or None where the call is not plain; positions is bytes, where
  * each parameter sits in the call (see posix_spawn.c). */
 PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions);
+
+/* rdmaspawn.Popen.__init__ (popen_init.c): base.__init__ (subprocess.Popen's)
+ * with SIGINT held back, for instances of popen itself without setup
+ * keywords; any other call is handed to slow, the Python __init__. */
+PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *slow,
+                            PyObject *setup_keywords, PyObject *getsignal,
+                            PyObject *raise_signal);
 
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */
 PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld);

@@ -130,10 +130,9 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
 
     /* One block: the argv, exec_list and envp pointer arrays, and the kept fds. */
     size_t slots = (size_t)argc + 1 + (size_t)nexec + 1 + (size_t)nenv + 1;
-    h->block = PyMem_Malloc(slots * sizeof(char *) + (size_t)nkeep * sizeof(int));
-    if (!h->block)
+    char **ptrs = rs_held_block(h, slots * sizeof(char *) + (size_t)nkeep * sizeof(int));
+    if (!ptrs)
         return 0;
-    char **ptrs = h->block;
     int *keep_fds = (int *)(ptrs + slots);
     char **envp = ptrs + argc + 1 + nexec + 1;
     /* The environ array is copied straight after it was counted (environ.c):
@@ -230,9 +229,10 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
     ForkExec *self = (ForkExec *)op;
     struct rs_request r;
     struct rs_result res;
-    struct rs_held h = {NULL, NULL};
+    struct rs_held h;
     int close_first[4], errpipe_write = -1;
 
+    rs_held_init(&h);
     memset(&r, 0, sizeof r);
     if ((kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != self->nargs
             || !convert_plain(self, args, &r, close_first, &errpipe_write, &h)) {

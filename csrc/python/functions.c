@@ -52,15 +52,13 @@ static PyObject *sigint_hold(PyObject *module, PyObject *unused)
 
 /* The thread that runs Python's signal handlers (dropin/interrupts.py sets
  * it at import and after os.fork()), for sigint_owner(). */
-static unsigned long main_ident;
-
 static PyObject *sigint_set_main(PyObject *module, PyObject *ident)
 {
     (void)module;
     unsigned long value = PyLong_AsUnsignedLong(ident);
     if (value == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
-    main_ident = value;
+    rs_sigint_set_main(value);
     return none();
 }
 
@@ -71,7 +69,7 @@ static PyObject *sigint_owner(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return PyBool_FromLong(PyThread_get_thread_ident() == main_ident && !rs_sigint_held());
+    return PyBool_FromLong(rs_sigint_owner());
 }
 
 static PyObject *sigint_held(PyObject *module, PyObject *unused)
@@ -136,6 +134,16 @@ static PyObject *spawn_posix_plain(PyObject *module, PyObject *args)
     return rs_spawn_posix_plain(call, positions);
 }
 
+static PyObject *popen_init_new(PyObject *module, PyObject *args)
+{
+    PyObject *base, *popen, *slow, *setup_keywords, *getsignal, *raise_signal;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOOOOO:popen_init_new", &base, &popen, &slow,
+                          &setup_keywords, &getsignal, &raise_signal))
+        return NULL;
+    return rs_popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal);
+}
+
 static PyObject *held_fork(PyObject *module, PyObject *args)
 {
     PyObject *fork, *decide, *unheld;
@@ -167,6 +175,9 @@ static PyMethodDef functions[] = {
     {"spawn_posix_plain", spawn_posix_plain, METH_VARARGS,
      "spawn_posix_plain(args, positions): Popen._posix_spawn's plain call spawned: "
      "the pid, or None where the call is not plain."},
+    {"popen_init_new", popen_init_new, METH_VARARGS,
+     "popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal): "
+     "rdmaspawn.Popen.__init__ (popen_init.c)."},
     {"held_fork", held_fork, METH_VARARGS,
      "held_fork(f, decide, unheld): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},

@@ -18,20 +18,33 @@
 
 #include "plain.h"
 
+void *rs_held_block(struct rs_held *h, size_t size)
+{
+    h->block = size <= sizeof h->slots ? (void *)h->slots : PyMem_Malloc(size);
+    return h->block;
+}
+
 void rs_held_release(struct rs_held *h)
 {
-    PyMem_Free(h->block);
-    Py_XDECREF(h->owned);
-    h->block = NULL;
-    h->owned = NULL;
+    if (h->block != (void *)h->slots)
+        PyMem_Free(h->block);
+    for (int i = 0; i < h->n_objects; i++)
+        Py_DECREF(h->objects[i]);
+    Py_XDECREF(h->more);
+    rs_held_init(h);
 }
 
 /* Keep obj alive until the spawn is over (a new reference is taken). */
 static int keep_alive(struct rs_held *h, PyObject *obj)
 {
-    if (!h->owned && !(h->owned = PyList_New(0)))
+    if (h->n_objects < RS_HELD_OBJECTS) {
+        Py_INCREF(obj);
+        h->objects[h->n_objects++] = obj;
+        return 1;
+    }
+    if (!h->more && !(h->more = PyList_New(0)))
         return 0;
-    return PyList_Append(h->owned, obj) == 0;
+    return PyList_Append(h->more, obj) == 0;
 }
 
 int rs_plain_int(PyObject *o, int *out)
@@ -69,7 +82,7 @@ const char *rs_plain_string(PyObject *o, struct rs_held *h)
         Py_DECREF(enc);
         if (!ok)
             return NULL;
-        o = enc;            /* alive in h->owned */
+        o = enc;            /* alive in h */
     } else if (Py_TYPE(o) != &PyBytes_Type) {
         return NULL;
     }
@@ -90,7 +103,7 @@ int rs_plain_strings(PyObject *seq, Py_ssize_t n, char **out, struct rs_held *h)
         Py_XDECREF(copy);
         if (!ok)
             return 0;
-        seq = copy;         /* alive in h->owned */
+        seq = copy;         /* alive in h */
     }
     if (PyTuple_Size(seq) != n)
         return 0;

@@ -5,13 +5,34 @@
 #ifndef RDMASPAWN_PLAIN_H
 #define RDMASPAWN_PLAIN_H
 
-/* What the conversion made and must give back after the spawn. */
+/* The objects and pointer slots a usual spawn needs, held in the caller's
+ * frame: an allocation and a free each, on every spawn, cost more than the
+ * rest of the conversion (a list and a malloc'd block, before). */
+#define RS_HELD_OBJECTS 8
+#define RS_HELD_SLOTS 256
+
+/* What the conversion made and must give back after the spawn. Set up with
+ * rs_held_init(). */
 struct rs_held {
-    PyObject *owned;            /* list of what the child's strings live in, or NULL */
-    void *block;                /* PyMem block: pointer arrays and fds */
+    PyObject *objects[RS_HELD_OBJECTS];  /* the first objects the child's strings live in */
+    int n_objects;
+    PyObject *more;             /* a list of the others, or NULL */
+    void *block;                /* the pointer arrays and fds: slots, or a PyMem block */
+    char *slots[RS_HELD_SLOTS];
 };
 
-/* Give back what h holds (both may be NULL). */
+static inline void rs_held_init(struct rs_held *h)
+{
+    h->n_objects = 0;
+    h->more = NULL;
+    h->block = NULL;
+}
+
+/* Room for size bytes of pointer arrays and fds, pointer-aligned: h's slots
+ * where they are enough, else a PyMem block; NULL when out of memory. */
+void *rs_held_block(struct rs_held *h, size_t size);
+
+/* Give back what h holds. */
 void rs_held_release(struct rs_held *h);
 
 /* An exact int that fits a C int. */

@@ -73,10 +73,10 @@ static int convert_plain(PyObject *call, const unsigned char *at, struct rs_requ
      * run Python code: the strings' conversion allocates objects, and a GC
      * pass it starts could run a finalizer that changes the environment. */
     int nenv = rs_environ_count();
-    h->block = PyMem_Malloc(((size_t)nenv + 1 + (size_t)argc + 1) * sizeof(char *));
-    if (!h->block)
+    char **envp = rs_held_block(h, ((size_t)nenv + 1 + (size_t)argc + 1) * sizeof(char *));
+    if (!envp)
         return 0;
-    char **envp = h->block, **ptrs = envp + nenv + 1;
+    char **ptrs = envp + nenv + 1;
     rs_environ_snapshot(envp, nenv);
     if (!rs_plain_strings(argv, argc, ptrs, h) || !ptrs[0][0])
         return 0;   /* "argv first element cannot be empty", or not plain */
@@ -133,10 +133,11 @@ PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions)
 {
     struct rs_request r;
     struct rs_result res;
-    struct rs_held h = {NULL, NULL};
+    struct rs_held h;
     const char *exec_list[2];
     const unsigned char *at = positions_of(positions);
 
+    rs_held_init(&h);
     if (!at || !PyTuple_Check(call)) {
         PyErr_SetString(PyExc_TypeError, "spawn_posix_plain: bad arguments");
         return NULL;

@@ -58,6 +58,21 @@ int rs_sigint_held(void)
     return held;
 }
 
+/* The thread that runs Python's signal handlers, as pthread_self() (what
+ * CPython's thread idents are on Linux): set by the binding at import and
+ * after os.fork(). */
+static unsigned long main_thread;
+
+void rs_sigint_set_main(unsigned long ident)
+{
+    main_thread = ident;
+}
+
+int rs_sigint_owner(void)
+{
+    return (unsigned long)pthread_self() == main_thread && !held;
+}
+
 int rs_sigint_hold(void)
 {
     static int atfork;

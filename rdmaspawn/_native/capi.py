@@ -4,19 +4,20 @@ cffi releases the GIL for every call it makes, even one that only sets a
 variable; with several threads spawning, each release is a hand-over of the
 GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
 those cost throughput. So what Popen calls per spawn is plain builtins made
-by csrc/python/functions.c: the C ``fork_exec``, a
-close that keeps the GIL, the SIGINT hold, the copy of the environ array for
-``env=None``, the plain call of ``Popen._posix_spawn``. They are fetched
-once through ctypes.PyDLL (which holds the GIL and passes Python objects, as
-cffi cannot).
+by csrc/python/functions.c: the C ``fork_exec``, a close that keeps the GIL,
+the SIGINT hold, the copy of the environ array for ``env=None``, the plain
+call of ``Popen._posix_spawn``, Popen's ``__init__``. They are fetched once
+through ctypes.PyDLL (which holds the GIL and passes Python objects, as cffi
+cannot).
 
 Where ctypes cannot load the module (a process that dropped the privileges
 to read its own install, say), each falls back: the SIGINT hold to the
 same C functions through cffi, ``close_fd`` to ``os.close``,
 ``fork_exec_new`` to None (dropin's fork_exec then runs in Python),
 ``environ_snapshot`` to None (the engine then copies the array from Python),
-and ``spawn_posix_plain`` to None (dropin.posixspawn's plain call then runs
-in Python).
+``spawn_posix_plain`` to None (dropin.posixspawn's plain call then runs
+in Python), and ``popen_init_new`` to None (Popen's ``__init__`` stays the
+Python one).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
-           "spawn_posix_plain", "held_fork"]
+           "spawn_posix_plain", "popen_init_new", "held_fork"]
 
 
 @functools.cache
@@ -89,6 +90,12 @@ fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] 
 #: parameter sits (dropin.posixspawn makes it). None without ctypes.
 spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] | None = \
     _functions.get("spawn_posix_plain")
+#: ``popen_init_new(base, popen, slow, setup_keywords, getsignal,
+#: raise_signal)``: csrc/python/popen_init.c, rdmaspawn.Popen's ``__init__``
+#: (``base.__init__`` with SIGINT held back, for instances of ``popen``) as a
+#: method descriptor; any call it does not take goes to ``slow``, the Python
+#: one. None without ctypes (Popen keeps the Python one).
+popen_init_new: Callable[..., Any] | None = _functions.get("popen_init_new")
 #: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
 #: with its child held until the parent has compared their total_vm, and
 #: ``decide(pid, pages_left_out)`` asked where they differ (it raises to

@@ -38,6 +38,10 @@ runs the Python handler all the same.)
 
 Not covered: other signals whose Python handler raises (a SIGALRM timeout,
 a SIGTERM handler raising SystemExit).
+
+Where ctypes loads the binding, rdmaspawn.Popen's ``__init__`` does the same
+in C (csrc/python/popen_init.c); the functions here serve the Python
+``__init__``, which takes the calls the C one hands it.
 """
 from __future__ import annotations
 
@@ -104,7 +108,8 @@ def hold() -> None:
 def replay(depth: int = 1) -> None:
     """Run SIGINT's handler once for what arrived so far, still under the
     hold (more keep being counted), with the frame ``depth`` calls up (the
-    Popen's). It may raise: that is the point."""
+    code that called Popen(), as the C Popen.__init__ gives). It may raise:
+    that is the point."""
     if _take():
         handler = _getsignal(_SIGINT)
         if callable(handler):
@@ -114,7 +119,7 @@ def replay(depth: int = 1) -> None:
 def finish() -> None:
     """:func:`replay`, then :func:`release`: the end of a Popen that was built.
     Either may raise; the caller's release on the way out ends the hold."""
-    replay(2)
+    replay(3)  # above finish() and Popen.__init__
     if _release():  # release() without a call of its own: on every Popen
         _signal.raise_signal(_SIGINT)
 

@@ -48,6 +48,11 @@ _close_fd = _capi.close_fd
 #: creation of its own.
 _LOCK = threading.Lock()
 
+#: Whether this process has kept a pidfd for any Popen yet: until then none
+#: can be open, and rdmaspawn.Popen's ``_wait`` skips looking for one. Only
+#: ever set (under _LOCK), never cleared.
+any_opened = False
+
 #: The longest one poll() may sleep: its timeout is an int of milliseconds.
 #: A longer wait (CPython takes any float: 1e300, inf, nan) polls again.
 _POLL_MAX_MS = 2**31 - 1
@@ -125,6 +130,8 @@ class PidfdMixin:
             if not _is_our_child(fd):
                 held.close()  # reaped elsewhere, and the pid is a stranger's
                 return None
+            global any_opened
+            any_opened = True
             self._pidfd = held
             if self.returncode is not None:  # type: ignore[attr-defined]
                 # Reaped by this Popen meanwhile, whose close may have seen

@@ -13,6 +13,7 @@ namespace in which ``Popen`` is ours.
 """
 from __future__ import annotations
 
+import _signal  # signal's C half: getsignal() without the enum conversion
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import threading
 import types
 from typing import Any, Callable
 
+from .._native import capi as _capi
 from . import cpython as _cpython
 from . import forkexec as _forkexec
 from . import interrupts
@@ -32,6 +34,10 @@ __all__ = [
     "getstatusoutput",
 ]
 
+
+#: CPython's Popen, as it was at import (patch() changes its attributes,
+#: never the name).
+_CPYTHON_POPEN = subprocess.Popen
 
 #: This CPython's internals; None where rdmaspawn does not know them (then
 #: Popen() refuses to start, before any of the following is used).
@@ -200,11 +206,28 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
 
     _posix_spawn = _posixspawn.posix_spawn_method
 
+    def _wait(self, timeout: float | None) -> int | None:
+        # On every Popen: CPython's _wait called directly (a super() object
+        # cost 3.11 as much as the rest), where the mixin's has nothing to
+        # do: no timeout, no pidfd kept by this process yet, and no class of
+        # a subclass's between this one and CPython's in the MRO.
+        if timeout is None and not _pidfd.any_opened and type(self) is Popen:
+            returncode: int | None = _CPYTHON_POPEN._wait(self, None)  # type: ignore[attr-defined]
+            if _pidfd.any_opened:  # another thread opened one meanwhile
+                self._close_pidfd()
+            return returncode
+        return super()._wait(timeout)
+
     if _FIX_GET_HANDLES:
         # CPython < 3.11 leaks the pipes _get_handles() made when a later one
         # fails (EMFILE): close them, as 3.11 does. It also leaks all of them
         # when __init__ fails before its try (a bad user=): _discard() does.
         def _get_handles(self, stdin: Any, stdout: Any, stderr: Any) -> Any:
+            if stdin is None and stdout is None and stderr is None:
+                # Nothing to make, so nothing to leak: CPython's, without
+                # the recording, which cost a 3.10 Popen([...]) 7% more.
+                return _CPYTHON_POPEN._get_handles(  # type: ignore[attr-defined]
+                    self, stdin, stdout, stderr)
             made = self._rdmaspawn_made = _FdRecorder.begin()
             try:
                 return _get_handles_recording(self, stdin, stdout, stderr)
@@ -220,6 +243,17 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
 
 Popen.__module__ = "rdmaspawn"
 _NS["Popen"] = Popen
+
+# What Popen adds to CPython's __init__, the SIGINT hold, cost more as Python
+# frames than the hold itself, on every Popen: where ctypes loads the
+# binding, __init__ is a C method descriptor (csrc/python/popen_init.c) that
+# hands the Python one above every call it does not take (a subclass's
+# instance, setup keywords).
+_init_python = Popen.__init__
+if _INTERNALS is not None and _capi.popen_init_new is not None:
+    Popen.__init__ = _capi.popen_init_new(  # type: ignore[method-assign]
+        subprocess.Popen, Popen, _init_python, SETUP_KEYWORDS, _signal.getsignal,
+        _signal.raise_signal)
 
 run = _rebind(subprocess.run, "run")
 call = _rebind(subprocess.call, "call")
