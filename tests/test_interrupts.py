@@ -446,3 +446,44 @@ def test_a_sigint_after_the_replay_still_reaps_the_child(init: str) -> None:
                           "children": children() == kids, "fds": open_fds() == fds}))
     """), init)
     assert out == {"raised": True, "runs": 2, "children": True, "fds": True}
+
+
+def test_a_child_reaped_elsewhere_before_the_discard_leaves_no_hold(init: str) -> None:
+    """The KeyboardInterrupt stays the exception, and the hold ends, where
+    the child of the abandoned Popen is already gone when it is to be killed
+    (reaped by someone else: os.kill() fails with ESRCH)."""
+    out = _run(_DURING + textwrap.dedent("""
+        import json, os, signal, subprocess
+        import rdmaspawn
+        from rdmaspawn._native import capi
+
+        runs = []
+        def handler(signum, frame):
+            runs.append(signum)
+            if len(runs) == 1:
+                signal.raise_signal(signal.SIGINT)  # counted: raised at the release
+            else:
+                raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, handler)
+
+        def during():
+            signal.raise_signal(signal.SIGINT)
+
+        real_kill, pids = os.kill, []
+        def gone(pid, sig):
+            pids.append(pid)
+            raise ProcessLookupError(3, "No such process")
+        os.kill = gone
+        try:
+            rdmaspawn.Popen(["/bin/sleep", "30"], env=Env(PATH="/bin"))
+            raised = None
+        except BaseException as e:
+            raised = type(e).__name__
+        os.kill = real_kill
+        held_after = bool(capi.sigint_held())
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        print(json.dumps({"raised": raised, "held_after": held_after, "killed": len(pids)}))
+    """), init)
+    assert out == {"raised": "KeyboardInterrupt", "held_after": False, "killed": 1}

@@ -178,9 +178,11 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
                 # came after the replay at the release.
                 interrupts.finish()
         except BaseException:
-            self._discard()  # under the hold, unless the release raised
-            if owner:
-                interrupts.release()
+            try:
+                self._discard()  # under the hold, unless the release raised
+            finally:
+                if owner:
+                    interrupts.release()
             raise
 
     def _discard(self) -> None:
@@ -192,8 +194,8 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
                 os.kill(self.pid, signal.SIGKILL)
                 _, status = os.waitpid(self.pid, 0)
                 self.returncode = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                pass
+            except (ChildProcessError, ProcessLookupError):
+                pass  # reaped already, by someone else
         self._close_pidfd()
         for f in (getattr(self, "stdin", None), getattr(self, "stdout", None),
                   getattr(self, "stderr", None)):
