@@ -51,9 +51,16 @@ PyObject *rs_fork_exec_params(void);
 
 /* A fork_exec object: the plain call converted and spawned in C, any other
  * handed to slow(self, *args); positions[i] is where the i-th name of
- * rs_fork_exec_params() sits in this CPython's call (-1: absent). */
+ * rs_fork_exec_params() sits in this CPython's call (-1: absent). A failed
+ * child's report for an error pipe whose write end is first_memory_fd or
+ * above goes to report(fd, data) (dropin/errpipe.py keeps that pipe). */
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
-                           PyObject *chdir_tag);
+                           PyObject *chdir_tag, PyObject *report, int first_memory_fd);
+
+/* pipe(), read(fd, n) and close(fd) of the error pipe rdmaspawn.Popen keeps
+ * in memory, in the dict pipes (read end -> what is unread), for numbers
+ * first_fd and up; below it, os's own (errpipe.c): a new tuple of three. */
+PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd);
 
 /* Popen._posix_spawn's plain call (its positional arguments, call) spawned:
  * the pid, or None where the call is not plain; positions is bytes, where

@@ -74,6 +74,8 @@ typedef struct {
     PyObject *wrapped;          /* __wrapped__: CPython's fork_exec, for a preexec_fn */
     PyObject *slow;             /* the Python implementation: slow(self, *args) */
     PyObject *chdir_tag;        /* bytes after "OSError:<errno>:" for a failed chdir */
+    PyObject *report;           /* report(fd, data): into an error pipe kept in memory */
+    int first_memory_fd;        /* its ends are this number and up (dropin/errpipe.py) */
     Py_ssize_t nargs;           /* this CPython's argument count */
     int pos[N_PARAMS];          /* index of each parameter in the call, -1: absent */
 } ForkExec;
@@ -167,8 +169,8 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
     r->n_keep_fds = n_keep;
     int n_close = 0;
     const int parent_ends[4] = {fds[1], fds[2], fds[4], fds[6]};
-    for (int i = 0; i < 4; i++)
-        if (parent_ends[i] != -1)
+    for (int i = 0; i < 4; i++)   /* an error pipe in memory has no fd to close */
+        if (parent_ends[i] != -1 && parent_ends[i] < self->first_memory_fd)
             close_first[n_close++] = parent_ends[i];
     r->close_first = close_first;
     r->n_close_first = n_close;
@@ -187,8 +189,10 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
 }
 
 /* Tell CPython's _execute_child what failed in the child, as CPython's child
- * would: "OSError:<errno in hex>:<tag>" ("": execve, else chdir or noexec).
- * A reader that has gone away (EPIPE) changes nothing: the pid is returned. */
+ * would: "OSError:<errno in hex>:<tag>" ("": execve, else chdir or noexec),
+ * into its error pipe, or through report() where rdmaspawn.Popen keeps that
+ * pipe in memory. A reader that has gone away (EPIPE) changes nothing: the
+ * pid is returned. */
 static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *res)
 {
     char buf[64];
@@ -198,7 +202,17 @@ static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *re
     else if (res->step == RS_STEP_CHDIR)
         tag = PyBytes_AsString(self->chdir_tag);
     int len = snprintf(buf, sizeof buf, "OSError:%x:%s", res->err, tag ? tag : "noexec");
-    if (len > 0 && len < (int)sizeof buf) {
+    if (len > 0 && len < (int)sizeof buf && fd >= self->first_memory_fd) {
+        PyObject *where = PyLong_FromLong(fd);
+        PyObject *data = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+        PyObject *done = where && data
+            ? PyObject_CallFunctionObjArgs(self->report, where, data, NULL) : NULL;
+        if (!done)
+            PyErr_Clear();   /* as a write() that failed: the pid still goes back */
+        Py_XDECREF(done);
+        Py_XDECREF(data);
+        Py_XDECREF(where);
+    } else if (len > 0 && len < (int)sizeof buf) {
         int saved = errno;
         while (write(fd, buf, (size_t)len) < 0 && errno == EINTR)
             ;
@@ -266,6 +280,7 @@ static int fork_exec_traverse(PyObject *op, visitproc visit, void *arg)
     ForkExec *self = (ForkExec *)op;
     Py_VISIT(self->wrapped);
     Py_VISIT(self->slow);
+    Py_VISIT(self->report);
     Py_VISIT(Py_TYPE(op));  /* a heap type */
     return 0;
 }
@@ -276,6 +291,7 @@ static int fork_exec_clear(PyObject *op)
     Py_CLEAR(self->wrapped);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->chdir_tag);
+    Py_CLEAR(self->report);
     return 0;
 }
 
@@ -362,13 +378,14 @@ PyObject *rs_fork_exec_params(void)
 }
 
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
-                           PyObject *chdir_tag)
+                           PyObject *chdir_tag, PyObject *report, int first_memory_fd)
 {
     static PyObject *type;  /* made once; the GIL serialises the callers */
     Py_ssize_t nargs = 0;
 
     if (!PyTuple_Check(positions) || PyTuple_Size(positions) != N_PARAMS
-            || !PyBytes_Check(chdir_tag) || !PyCallable_Check(slow)) {
+            || !PyBytes_Check(chdir_tag) || !PyCallable_Check(slow)
+            || !PyCallable_Check(report) || first_memory_fd < 3) {
         PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: bad arguments");
         return NULL;
     }
@@ -394,5 +411,8 @@ PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *position
     self->slow = slow;
     Py_INCREF(chdir_tag);
     self->chdir_tag = chdir_tag;
+    Py_INCREF(report);
+    self->report = report;
+    self->first_memory_fd = first_memory_fd;
     return (PyObject *)self;
 }

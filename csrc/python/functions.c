@@ -95,12 +95,13 @@ static PyObject *sigint_release(PyObject *module, PyObject *unused)
 
 static PyObject *fork_exec_new(PyObject *module, PyObject *args)
 {
-    PyObject *wrapped, *slow, *positions, *chdir_tag;
+    PyObject *wrapped, *slow, *positions, *chdir_tag, *report;
+    int first_memory_fd;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOOO:fork_exec_new", &wrapped, &slow, &positions,
-                          &chdir_tag))
+    if (!PyArg_ParseTuple(args, "OOOOOi:fork_exec_new", &wrapped, &slow, &positions,
+                          &chdir_tag, &report, &first_memory_fd))
         return NULL;
-    return rs_fork_exec_new(wrapped, slow, positions, chdir_tag);
+    return rs_fork_exec_new(wrapped, slow, positions, chdir_tag, report, first_memory_fd);
 }
 
 /* environ.c's copy of the environ array, for the engine's spawn(): bytes
@@ -153,6 +154,16 @@ static PyObject *held_fork(PyObject *module, PyObject *args)
     return rs_held_fork(fork, decide, unheld);
 }
 
+static PyObject *errpipe_calls(PyObject *module, PyObject *args)
+{
+    PyObject *pipes, *os;
+    long first;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOl:errpipe_calls", &pipes, &os, &first))
+        return NULL;
+    return rs_errpipe_calls(pipes, os, first);
+}
+
 static PyMethodDef functions[] = {
     {"close_fd", close_fd, METH_O, "os.close() without releasing the GIL."},
     {"sigint_hold", sigint_hold, METH_NOARGS,
@@ -171,13 +182,17 @@ static PyMethodDef functions[] = {
     {"fork_exec_params", fork_exec_params, METH_NOARGS,
      "fork_exec's parameter names, in the order fork_exec_new wants positions."},
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
-     "fork_exec_new(wrapped, slow, positions, chdir_tag): a fork_exec object."},
+     "fork_exec_new(wrapped, slow, positions, chdir_tag, report, first_memory_fd): "
+     "a fork_exec object."},
     {"spawn_posix_plain", spawn_posix_plain, METH_VARARGS,
      "spawn_posix_plain(args, positions): Popen._posix_spawn's plain call spawned: "
      "the pid, or None where the call is not plain."},
     {"popen_init_new", popen_init_new, METH_VARARGS,
      "popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal): "
      "rdmaspawn.Popen.__init__ (popen_init.c)."},
+    {"errpipe_calls", errpipe_calls, METH_VARARGS,
+     "errpipe_calls(pipes, os, first_fd): (pipe, read, close) of the error pipe "
+     "kept in pipes (errpipe.c)."},
     {"held_fork", held_fork, METH_VARARGS,
      "held_fork(f, decide, unheld): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},

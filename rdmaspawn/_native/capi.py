@@ -16,8 +16,9 @@ same C functions through cffi, ``close_fd`` to ``os.close``,
 ``fork_exec_new`` to None (dropin's fork_exec then runs in Python),
 ``environ_snapshot`` to None (the engine then copies the array from Python),
 ``spawn_posix_plain`` to None (dropin.posixspawn's plain call then runs
-in Python), and ``popen_init_new`` to None (Popen's ``__init__`` stays the
-Python one).
+in Python), ``popen_init_new`` to None (Popen's ``__init__`` stays the
+Python one), and ``errpipe_calls`` to None (Popen's error pipe stays a real
+one).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
-           "spawn_posix_plain", "popen_init_new", "held_fork"]
+           "spawn_posix_plain", "popen_init_new", "errpipe_calls", "held_fork"]
 
 
 @functools.cache
@@ -80,10 +81,11 @@ environ_snapshot: Callable[[], bytes] | None = _functions.get("environ_snapshot"
 #: The C fork_exec's parameter names, in the order fork_exec_new wants their
 #: positions (the names of dropin.cpython.ForkExecCall); None without ctypes.
 fork_exec_params: Callable[[], tuple[str, ...]] | None = _functions.get("fork_exec_params")
-#: ``fork_exec_new(wrapped, slow, positions, chdir_tag)``: csrc/python/
-#: fork_exec.c's fork_exec object; None without ctypes.
-fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes], Callable[..., int]] | None = \
-    _functions.get("fork_exec_new")
+#: ``fork_exec_new(wrapped, slow, positions, chdir_tag, report,
+#: first_memory_fd)``: csrc/python/fork_exec.c's fork_exec object; None
+#: without ctypes.
+fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes, Callable[[int, bytes], object], int],
+                        Callable[..., int]] | None = _functions.get("fork_exec_new")
 #: ``spawn_posix_plain(args, positions)``: csrc/python/posix_spawn.c,
 #: ``Popen._posix_spawn``'s plain call (its positional arguments) spawned: the
 #: pid, or None where the call is not plain; ``positions`` says where each
@@ -96,6 +98,11 @@ spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] | None = \
 #: method descriptor; any call it does not take goes to ``slow``, the Python
 #: one. None without ctypes (Popen keeps the Python one).
 popen_init_new: Callable[..., Any] | None = _functions.get("popen_init_new")
+#: ``errpipe_calls(pipes, os, first_fd)``: csrc/python/errpipe.c, the
+#: (pipe, read, close) of dropin.errpipe's pipes; None without ctypes
+#: (rdmaspawn.Popen then makes CPython's real error pipe).
+errpipe_calls: Callable[[dict[int, Any], Any, int], Any] | None = \
+    _functions.get("errpipe_calls")
 #: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
 #: with its child held until the parent has compared their total_vm, and
 #: ``decide(pid, pages_left_out)`` asked where they differ (it raises to

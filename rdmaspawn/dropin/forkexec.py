@@ -22,6 +22,7 @@ from .._native import engine as _engine
 from .._native import request as _request
 from . import arguments
 from . import cpython as _cpython
+from . import errpipe as _errpipe
 from . import wrapping as _wrapping
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
@@ -119,6 +120,8 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
             _refuse_preexec_fn(call.preexec_fn)
         # No DONTFORK memory a fork() child trips on: fork() is safe, and only
         # it can run Python code in the child. Behave exactly as CPython does.
+        if _errpipe.is_memory(call.errpipe_write):  # CPython's child needs a real one
+            return _errpipe.call_with_real_pipe(owner.__wrapped__, args, internals.params)
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]
 
     # Convert and check as fork_exec does, in its order: the ints as it
@@ -135,6 +138,8 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     # The error pipe stays with the parent: the engine's child reports
     # through shared memory and this function writes the pipe itself.
     keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
+    parent_ends = tuple(fd for fd in (p2cwrite, c2pread, errread, errpipe_read)
+                        if not _errpipe.is_memory(fd))
     flags = ((call.close_fds and _request.CLOSE_FDS)
              | (call.restore_signals and _request.RESTORE_SIGNALS)
              | (call.call_setsid and _request.SETSID))
@@ -144,7 +149,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         uid = arguments.convert_id(call.uid, "uid")
         pid, _ = _engine.spawn_request(_request.SpawnRequest(
             call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
-            errwrite, (p2cwrite, c2pread, errread, errpipe_read), keep, flags,
+            errwrite, parent_ends, keep, flags,
             umask=umask, pgid=pgid, groups=groups, gid=gid, uid=uid, setup=setup))
     except ChildSetupError as err:
         # Raised here, as a failed fork() is: the caller closes the pipes.
@@ -160,7 +165,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         # a caller that closed its end (BrokenPipeError) still gets the
         # pid, which it alone can reap.
         try:
-            os.write(errpipe_write, _error_bytes(err, internals.chdir_tag))
+            _errpipe.write(errpipe_write, _error_bytes(err, internals.chdir_tag))
         except OSError:
             pass
         return err.pid
@@ -193,7 +198,7 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
         positions = tuple(internals.params.index(name) if name in internals.params else -1
                           for name in names)
         return _capi.fork_exec_new(fallback, _fork_exec_python, positions,
-                                   internals.chdir_tag)
+                                   internals.chdir_tag, _errpipe.write, _errpipe.FIRST_FD)
 
     def fork_exec(*args: Any) -> int:
         return _fork_exec_python(fork_exec, *args)

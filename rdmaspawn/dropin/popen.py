@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 from .._native import capi as _capi
 from . import cpython as _cpython
+from . import errpipe as _errpipe
+from . import execute_child as _execute_child
 from . import forkexec as _forkexec
 from . import interrupts
 from . import pidfd as _pidfd
@@ -38,6 +40,8 @@ __all__ = [
 #: CPython's Popen, as it was at import (patch() changes its attributes,
 #: never the name).
 _CPYTHON_POPEN = subprocess.Popen
+#: Its _execute_child, as it was at import: what rdmaspawn.Popen runs.
+_CPYTHON_EXECUTE_CHILD = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
 #: This CPython's internals; None where rdmaspawn does not know them (then
 #: Popen() refuses to start, before any of the following is used).
@@ -58,6 +62,8 @@ def _namespace() -> dict[str, Any]:
 
 
 _NS = _namespace()
+if _errpipe.CALLS is not None:
+    _NS.update(zip(_execute_child.NAMES, _errpipe.CALLS))
 
 
 class _FdRecorder:
@@ -115,10 +121,12 @@ if _FIX_GET_HANDLES:
         dict(_NS, os=_FdRecorder()), "_get_handles")
 
 
-def _rebind(func: Callable[..., Any], qualname: str) -> Callable[..., Any]:
+def _rebind(func: Callable[..., Any], qualname: str,
+            code: types.CodeType | None = None) -> Callable[..., Any]:
+    """CPython's ``func`` (with ``code`` in place of its own) run in our namespace."""
     if func.__code__.co_freevars:  # pragma: no cover - a CPython we do not know
         raise RuntimeError(f"subprocess.{func.__qualname__} has a closure; cannot rebind")
-    new = types.FunctionType(func.__code__, _NS, func.__name__,
+    new = types.FunctionType(code or func.__code__, _NS, func.__name__,
                              func.__defaults__, func.__closure__)
     new.__kwdefaults__ = func.__kwdefaults__
     new.__doc__ = func.__doc__
@@ -158,9 +166,11 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     child is killed and reaped and its pipes closed (see ``interrupts``).
     """
 
-    _execute_child = _rebind(
-        subprocess.Popen._execute_child,  # type: ignore[attr-defined]
-        "Popen._execute_child")
+    def _execute_child(self, *args: Any, **kwargs: Any) -> None:
+        # The first spawn's: compiling the method costs a few ms that no
+        # import of rdmaspawn should pay. Later spawns call the result.
+        Popen._execute_child = _execute_child_method()  # type: ignore[method-assign]
+        Popen._execute_child(self, *args, **kwargs)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if _INTERNALS is None:
@@ -241,6 +251,14 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
                 if hasattr(self, "_devnull"):  # opened by _get_devnull()
                     st = os.fstat(self._devnull)
                     made.append((self._devnull, (st.st_dev, st.st_ino)))
+
+
+def _execute_child_method() -> Callable[..., None]:
+    """CPython's _execute_child with its error pipe in memory
+    (dropin/execute_child.py), else as it is; with our globals either way."""
+    cpython = _CPYTHON_EXECUTE_CHILD
+    code = _execute_child.code(cpython) if _errpipe.CALLS is not None else None
+    return _rebind(cpython, "Popen._execute_child", code)
 
 
 Popen.__module__ = "rdmaspawn"

@@ -1,0 +1,156 @@
+/*
+ * pipe(), read() and close() of the error pipe that rdmaspawn.Popen keeps in
+ * memory (rdmaspawn/dropin/errpipe.py says why and what the numbers are).
+ * CPython's recompiled _execute_child calls each once per spawn; as Python
+ * functions the three cost the parent more than half of what the pipe's own
+ * system calls did, and big ints (2**30 and up) are slow in Python.
+ *
+ * The pipes live in errpipe.py's dict, shared with its write() and
+ * call_with_real_pipe(): read end -> bytes written and not read yet, or the
+ * exception that a read must raise. A number below the first is a real
+ * descriptor and goes to os's own function. All three run with the GIL,
+ * which serialises them and errpipe.py's.
+ */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <limits.h>
+
+#include "binding.h"
+
+static PyObject *pipes;      /* errpipe.py's _pipes */
+static PyObject *os_module;  /* for a real descriptor */
+static long first_fd;
+static unsigned long next_pair;
+
+static PyObject *errpipe_pipe(PyObject *unused, PyObject *noargs)
+{
+    (void)unused;
+    (void)noargs;
+    long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
+    long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
+    PyObject *ends = PyTuple_New(2);
+    PyObject *key = PyLong_FromLong(fd);
+    PyObject *write_end = PyLong_FromLong(fd + 1);
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    if (!ends || !key || !write_end || !empty || PyDict_SetItem(pipes, key, empty) < 0) {
+        Py_XDECREF(ends);
+        Py_XDECREF(key);
+        Py_XDECREF(write_end);
+        Py_XDECREF(empty);
+        return NULL;
+    }
+    Py_DECREF(empty);
+    PyTuple_SetItem(ends, 0, key);         /* steal the references */
+    PyTuple_SetItem(ends, 1, write_end);
+    return ends;
+}
+
+/* os.<name>(args...) for a real descriptor, looked up at the call: with no
+ * format string (an abi3 build's varargs formats differ between versions). */
+static PyObject *call_os(const char *name, PyObject *a, PyObject *b)
+{
+    PyObject *func = PyObject_GetAttrString(os_module, name);
+    if (!func)
+        return NULL;
+    PyObject *out = PyObject_CallFunctionObjArgs(func, a, b, NULL);
+    Py_DECREF(func);
+    return out;
+}
+
+static PyObject *errpipe_read(PyObject *unused, PyObject *args)
+{
+    (void)unused;
+    if (PyTuple_Size(args) != 2) {
+        PyErr_SetString(PyExc_TypeError, "read() takes exactly 2 arguments (fd, n)");
+        return NULL;
+    }
+    PyObject *key = PyTuple_GetItem(args, 0);
+    long fd = PyLong_AsLong(key);
+    Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GetItem(args, 1));
+    if (PyErr_Occurred())
+        return NULL;
+    if (fd < first_fd)
+        return call_os("read", key, PyTuple_GetItem(args, 1));
+    Py_INCREF(key);
+    PyObject *held = PyDict_GetItemWithError(pipes, key);   /* borrowed */
+    PyObject *out = NULL, *rest = NULL;
+    if (!held) {
+        if (!PyErr_Occurred()) {
+            errno = EBADF;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
+    } else if (PyExceptionInstance_Check(held)) {
+        /* What call_with_real_pipe()'s read raised: raised here, once. */
+        Py_INCREF(held);
+        if ((rest = PyBytes_FromStringAndSize(NULL, 0)) && PyDict_SetItem(pipes, key, rest) == 0)
+            PyErr_SetObject((PyObject *)Py_TYPE(held), held);
+        Py_DECREF(held);
+    } else if (PyBytes_Check(held) && n >= 0) {
+        Py_ssize_t size = PyBytes_Size(held), take = size < n ? size : n;
+        const char *data = PyBytes_AsString(held);
+        if ((out = PyBytes_FromStringAndSize(data, take))
+                && (!(rest = PyBytes_FromStringAndSize(data + take, size - take))
+                    || PyDict_SetItem(pipes, key, rest) < 0))
+            Py_CLEAR(out);
+    } else {
+        PyErr_SetString(PyExc_ValueError, "read length must be non-negative");
+    }
+    Py_XDECREF(rest);
+    Py_DECREF(key);
+    return out;
+}
+
+static PyObject *errpipe_close(PyObject *unused, PyObject *arg)
+{
+    (void)unused;
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < first_fd)
+        return call_os("close", arg, NULL);
+    /* The read end's close drops the pipe; the write end has none of its own. */
+    if (PyDict_DelItem(pipes, arg) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_INCREF(Py_None);
+    return Py_None;
+}
+
+static PyMethodDef calls[] = {
+    {"pipe", errpipe_pipe, METH_NOARGS, "os.pipe() for the error pipe: (read end, write end)."},
+    {"read", errpipe_read, METH_VARARGS, "os.read(fd, n) of the error pipe."},
+    {"close", errpipe_close, METH_O, "os.close(fd) of an end of the error pipe."},
+};
+
+PyObject *rs_errpipe_calls(PyObject *pipes_dict, PyObject *os, long first)
+{
+    if (!PyDict_Check(pipes_dict) || first < 3 || first > INT_MAX - 1) {
+        PyErr_SetString(PyExc_TypeError, "rs_errpipe_calls: bad arguments");
+        return NULL;
+    }
+    Py_XDECREF(pipes);
+    Py_XDECREF(os_module);
+    Py_INCREF(pipes_dict);
+    pipes = pipes_dict;
+    Py_INCREF(os);
+    os_module = os;
+    first_fd = first;
+    PyObject *out = PyTuple_New(3);
+    for (int i = 0; out && i < 3; i++) {
+        PyObject *func = PyCFunction_NewEx(&calls[i], NULL, NULL);
+        if (!func) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SetItem(out, i, func);   /* steals the reference */
+    }
+    return out;
+}

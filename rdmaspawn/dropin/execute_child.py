@@ -1,0 +1,100 @@
+"""``rdmaspawn.Popen._execute_child``: CPython's own, with its error pipe in memory.
+
+The method is compiled again from this CPython's own ``Lib/subprocess.py``,
+with four calls changed and nothing else: ``os.pipe()`` that makes the error
+pipe, the two ``os.close()`` of its ends and the ``os.read()`` of it become
+calls of ``dropin/errpipe.py``'s ``CALLS`` (which says why). Every other line,
+the line numbers and the file name in a traceback included, is CPython's.
+
+It is used only where that is certain: the source on disk, compiled
+unchanged, must give exactly the method's own code, and each of the four
+calls must appear once. Otherwise (no source file, a CPython that reads its
+pipe some other way) :func:`code` returns None and Popen runs CPython's
+method as it is, with a real pipe.
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable
+
+__all__ = ["NAMES", "code"]
+
+#: The globals through which the recompiled method reaches
+#: ``dropin.errpipe.CALLS``: pipe, read, close.
+NAMES = ("_rdmaspawn_errpipe_pipe", "_rdmaspawn_errpipe_read", "_rdmaspawn_errpipe_close")
+
+#: Each call, as CPython writes it, and what it becomes.
+_CHANGES = (
+    ("errpipe_read, errpipe_write = os.pipe()", f"errpipe_read, errpipe_write = {NAMES[0]}()"),
+    ("os.close(errpipe_write)", f"{NAMES[2]}(errpipe_write)"),
+    ("os.read(errpipe_read, ", f"{NAMES[1]}(errpipe_read, "),
+    ("os.close(errpipe_read)", f"{NAMES[2]}(errpipe_read)"),
+)
+
+
+def _method_source(func: Callable[..., Any]) -> str | None:
+    """The method's lines from its file, after lines that put its def on its
+    own line number, inside a class of its own class's name (so that names
+    are mangled and qualified as CPython's are); None if unreadable.
+
+    The first line imports the modules its module imports: the compiler
+    loads an imported module's function as an attribute, not as a method
+    (3.12+), and must see the same imports to make the same code.
+    """
+    code = func.__code__
+    owner, _, name = func.__qualname__.rpartition(".")
+    module = sys.modules.get(func.__module__)
+    if not owner.isidentifier() or name != code.co_name or module is None:
+        return None
+    imported = sorted(k for k, v in vars(module).items()
+                      if isinstance(v, types.ModuleType) and k.isidentifier())
+    try:
+        # subprocess.py is UTF-8 (no coding line); anything else fails the check.
+        with open(code.co_filename, encoding="utf-8") as f:
+            lines = f.read().splitlines(keepends=True)
+    except (OSError, ValueError):
+        return None
+    first = code.co_firstlineno - 1
+    if not 2 <= first < len(lines):
+        return None
+    head = lines[first]
+    indent = len(head) - len(head.lstrip())
+    end = first + 1
+    while end < len(lines):
+        text = lines[end].lstrip()
+        if text and not text.startswith("#") and len(lines[end]) - len(text) <= indent:
+            break
+        end += 1
+    return (f"import {', '.join(imported) or 'sys'}" + "\n" * (first - 1) + f"class {owner}:\n"
+            + "".join(lines[first:end]))
+
+
+def _compiled(source: str, code: types.CodeType) -> types.CodeType | None:
+    try:
+        module = compile(source, code.co_filename, "exec", dont_inherit=True)
+    except SyntaxError:
+        return None
+    for cls in module.co_consts:
+        if isinstance(cls, types.CodeType):
+            for const in cls.co_consts:
+                if isinstance(const, types.CodeType) and const.co_name == code.co_name:
+                    return const
+    return None
+
+
+def code(func: Callable[..., Any]) -> types.CodeType | None:
+    """The code of CPython's ``func`` (``Popen._execute_child``) with its
+    error pipe in memory, to run with :data:`NAMES` bound to
+    ``dropin.errpipe.CALLS`` among its globals; None where that cannot be
+    made with certainty."""
+    original = func.__code__
+    source = _method_source(func)
+    if source is None or _compiled(source, original) != original:
+        return None
+    for old, _new in _CHANGES:
+        if source.count(old) != 1:
+            return None
+    for old, new in _CHANGES:
+        source = source.replace(old, new)
+    return _compiled(source, original)

@@ -1,0 +1,215 @@
+"""rdmaspawn.Popen's error pipe, kept in memory (rdmaspawn/dropin/errpipe.py,
+dropin/execute_child.py, csrc/python/errpipe.c): no pipe is made for it,
+CPython's _execute_child runs otherwise unchanged, and every failure before
+exec still raises what CPython raises, with nothing left behind."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+import traceback
+import types
+from pathlib import Path
+
+import pytest
+from helpers.process_state import children, open_fds
+
+import rdmaspawn
+from rdmaspawn._native import capi
+from rdmaspawn.dropin import errpipe, execute_child, popen
+
+needs_c = pytest.mark.skipif(capi.errpipe_calls is None,
+                             reason="ctypes cannot load the binding: the pipe stays a real one")
+
+TRUE = ["/bin/true"]
+#: A cwd keeps every CPython on fork_exec, the path with the error pipe
+#: (3.13+ would take posix_spawn for a plain call).
+VIA_FORK_EXEC = {"cwd": "/"}
+
+
+def _spawned_method() -> types.FunctionType:
+    rdmaspawn.Popen(TRUE).wait()  # the first spawn puts the method in place
+    return popen.Popen.__dict__["_execute_child"]  # type: ignore[no-any-return]
+
+
+@needs_c
+def test_the_method_in_force_keeps_the_pipe_in_memory() -> None:
+    """On every CPython CI runs, the recompiled method is the one in force,
+    with CPython's file, first line and qualified name."""
+    method = _spawned_method()
+    cpython = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    names = method.__code__.co_names
+    assert all(name in names for name in execute_child.NAMES), names
+    assert "pipe" not in names and "read" not in names
+    assert method.__code__.co_filename == cpython.__code__.co_filename
+    assert method.__code__.co_firstlineno == cpython.__code__.co_firstlineno
+    assert method.__qualname__ == "Popen._execute_child"
+    assert method.__globals__ is popen._NS
+
+
+@needs_c
+def test_a_spawn_makes_no_pipe_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.pipe() is not called for the error pipe: with it failing, rdmaspawn.Popen
+    still starts its child, where CPython's Popen fails."""
+    _spawned_method()
+
+    def no_pipe() -> tuple[int, int]:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(os, "pipe", no_pipe)
+    with pytest.raises(OSError):
+        subprocess.Popen(TRUE, **VIA_FORK_EXEC)
+    assert rdmaspawn.Popen(TRUE, **VIA_FORK_EXEC).wait() == 0
+
+
+def _outcome(popen_class: type, kwargs: dict) -> tuple:
+    try:
+        proc = popen_class(**kwargs)
+    except BaseException as exc:  # noqa: BLE001 - compared as it comes
+        return (type(exc).__name__, getattr(exc, "errno", None),
+                getattr(exc, "filename", None), str(exc))
+    return ("exited", proc.wait())
+
+
+def _fails(*args: object) -> None:
+    raise ValueError("in the child")
+
+
+FAILURES = {
+    "exec ENOENT": {"args": ["/nonexistent/rdmaspawn-x"], **VIA_FORK_EXEC},
+    "PATH search": {"args": ["rdmaspawn-no-such-command"]},
+    "exec EACCES": {"args": ["/etc/passwd"], **VIA_FORK_EXEC},
+    "chdir": {"args": TRUE, "cwd": "/nonexistent-rdmaspawn-dir"},
+    "preexec_fn, then exec": {"args": ["/nonexistent/rdmaspawn-x"], "preexec_fn": os.getpid},
+    "preexec_fn raises": {"args": TRUE, "preexec_fn": _fails},
+    "preexec_fn, then chdir": {"args": TRUE, "cwd": "/nonexistent-rdmaspawn-dir",
+                               "preexec_fn": os.getpid},
+    "preexec_fn, exits 0": {"args": TRUE, "preexec_fn": os.getpid},
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_each_failure_raises_as_cpython_and_leaves_nothing(case: str) -> None:
+    """The failed child's report reaches _execute_child through the pipe in
+    memory (the engine's child) or through a real pipe read for it (a
+    preexec_fn's forked child): the same exception, errno, filename and
+    message as CPython's, with no fd, zombie or pipe left."""
+    kwargs = FAILURES[case]
+    _spawned_method()
+    fds, kids = open_fds(), children()
+    theirs = _outcome(subprocess.Popen, kwargs)
+    ours = _outcome(rdmaspawn.Popen, kwargs)
+    assert ours == theirs
+    assert open_fds() == fds and children() == kids
+    assert errpipe._pipes == {}
+
+
+def test_a_traceback_names_cpythons_lines() -> None:
+    """The frame of the raise in _execute_child is CPython's file and line."""
+    def last_frame(popen_class: type) -> tuple[str, int | None, str]:
+        try:
+            popen_class(["/nonexistent/rdmaspawn-x"], **VIA_FORK_EXEC)
+        except FileNotFoundError as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            return frame.filename, frame.lineno, frame.name
+        raise AssertionError("no FileNotFoundError")
+
+    assert last_frame(rdmaspawn.Popen) == last_frame(subprocess.Popen)
+
+
+@needs_c
+def test_the_calls_on_their_own() -> None:
+    """pipe() gives numbers no descriptor has; read() gives what write() put
+    there, then b''; close() of the read end drops the pipe; an unknown or
+    closed end is EBADF; a number below FIRST_FD is os's."""
+    assert errpipe.CALLS is not None
+    pipe, read, close = errpipe.CALLS
+    r, w = pipe()
+    assert r >= errpipe.FIRST_FD and w == r + 1 and errpipe.is_memory(r)
+    assert read(r, 10) == b""
+    assert errpipe.write(w, b"OSError:2:") == 10
+    assert read(r, 3) == b"OSE" and read(r, 50000) == b"rror:2:" and read(r, 5) == b""
+    close(w)
+    assert read(r, 1) == b""
+    close(r)
+    with pytest.raises(OSError) as info:
+        read(r, 1)
+    assert info.value.errno == errno.EBADF
+    with pytest.raises(OSError) as info:
+        errpipe.write(w, b"x")
+    assert info.value.errno == errno.EPIPE
+    close(r)  # again: nothing to drop
+    real_r, real_w = os.pipe()
+    os.write(real_w, b"real")
+    assert read(real_r, 10) == b"real"
+    close(real_w)
+    close(real_r)
+    with pytest.raises(OSError):
+        os.fstat(real_r)
+    assert errpipe._pipes == {}
+
+
+@needs_c
+def test_an_exception_during_the_real_pipes_read_is_raised_by_read() -> None:
+    """call_with_real_pipe() keeps what stopped its read, for read() to raise
+    once, where CPython's own os.read() of the pipe would have raised it."""
+    assert errpipe.CALLS is not None
+    pipe, read, close = errpipe.CALLS
+    r, _ = pipe()
+    errpipe._pipes[r] = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        read(r, 50000)
+    assert read(r, 50000) == b""
+    close(r)
+    assert errpipe._pipes == {}
+
+
+def _module_from(tmp_path: Path, name: str, source: str) -> types.ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return __import__(name)  # stays in sys.modules: code() looks its imports up there
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+METHOD = """
+    import os
+
+    class Popen:
+        def _execute_child(self):
+            errpipe_read, errpipe_write = os.pipe()
+            try:
+                os.close(errpipe_write)
+                part = os.read(errpipe_read, 50000)
+            finally:
+                os.close(errpipe_read)
+            return part
+"""
+
+
+def test_code_is_made_only_with_certainty(tmp_path: Path) -> None:
+    """A method whose source compiles to its own code gets the four calls
+    changed; one whose file no longer matches it, or that lacks a call, or
+    has one twice, gets None (Popen then runs CPython's, with a real pipe)."""
+    good = _module_from(tmp_path, "errpipe_good", METHOD)
+    code = execute_child.code(good.Popen._execute_child)
+    assert code is not None
+    assert set(execute_child.NAMES) <= set(code.co_names)
+    assert code.co_firstlineno == good.Popen._execute_child.__code__.co_firstlineno
+
+    changed = _module_from(tmp_path, "errpipe_changed", METHOD)
+    (tmp_path / "errpipe_changed.py").write_text(
+        textwrap.dedent(METHOD).replace("50000", "40000"))
+    assert execute_child.code(changed.Popen._execute_child) is None
+
+    lacking = _module_from(tmp_path, "errpipe_lacking",
+                           METHOD.replace("part = os.read(errpipe_read, 50000)", "part = b''"))
+    assert execute_child.code(lacking.Popen._execute_child) is None
+
+    twice = _module_from(tmp_path, "errpipe_twice", METHOD.replace(
+        "os.close(errpipe_write)", "os.close(errpipe_write)\n                os.close(errpipe_write)"))
+    assert execute_child.code(twice.Popen._execute_child) is None
