@@ -1,7 +1,9 @@
-"""rdmaspawn.Popen's error pipe, kept in memory (rdmaspawn/dropin/errpipe.py,
-dropin/execute_child.py, csrc/python/errpipe.c): no pipe is made for it,
-CPython's _execute_child runs otherwise unchanged, and every failure before
-exec still raises what CPython raises, with nothing left behind."""
+"""The error pipe kept in memory (rdmaspawn/dropin/errpipe.py,
+dropin/execute_child.py, csrc/python/errpipe.c), for rdmaspawn.Popen and for
+subprocess under patch(): no pipe is made for it where the fork_exec called
+is rdmaspawn's, a real one where it is anything else, CPython's
+_execute_child runs otherwise unchanged, and every failure before exec still
+raises what CPython raises, with nothing left behind."""
 from __future__ import annotations
 
 import errno
@@ -18,7 +20,7 @@ from helpers.process_state import children, open_fds
 
 import rdmaspawn
 from rdmaspawn._native import capi
-from rdmaspawn.dropin import errpipe, execute_child, popen
+from rdmaspawn.dropin import cpython, errpipe, execute_child, popen
 
 needs_c = pytest.mark.skipif(capi.errpipe_calls is None,
                              reason="ctypes cannot load the binding: the pipe stays a real one")
@@ -27,6 +29,14 @@ TRUE = ["/bin/true"]
 #: A cwd keeps every CPython on fork_exec, the path with the error pipe
 #: (3.13+ would take posix_spawn for a plain call).
 VIA_FORK_EXEC = {"cwd": "/"}
+
+
+def _ours() -> object:
+    """The fork_exec rdmaspawn.Popen's method calls (from its globals)."""
+    internals = cpython.current()
+    assert internals is not None
+    module, attr = internals.home
+    return popen._NS[attr] if module == "subprocess" else popen._NS[module].fork_exec
 
 
 def _spawned_method() -> types.FunctionType:
@@ -54,11 +64,7 @@ def test_a_spawn_makes_no_pipe_of_its_own(monkeypatch: pytest.MonkeyPatch) -> No
     """os.pipe() is not called for the error pipe: with it failing, rdmaspawn.Popen
     still starts its child, where CPython's Popen fails."""
     _spawned_method()
-
-    def no_pipe() -> tuple[int, int]:
-        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-
-    monkeypatch.setattr(os, "pipe", no_pipe)
+    monkeypatch.setattr(os, "pipe", _no_pipe)
     with pytest.raises(OSError):
         subprocess.Popen(TRUE, **VIA_FORK_EXEC)
     assert rdmaspawn.Popen(TRUE, **VIA_FORK_EXEC).wait() == 0
@@ -106,6 +112,90 @@ def test_each_failure_raises_as_cpython_and_leaves_nothing(case: str) -> None:
     assert errpipe._pipes == {}
 
 
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_each_failure_under_patch_raises_as_cpython_and_leaves_nothing(case: str) -> None:
+    """The same through subprocess.Popen under patch(), whose _execute_child
+    then keeps the pipe in memory too."""
+    kwargs = FAILURES[case]
+    theirs = _outcome(subprocess.Popen, kwargs)
+    fds, kids = open_fds(), children()
+    with rdmaspawn.patched():
+        ours = _outcome(subprocess.Popen, kwargs)
+    assert ours == theirs
+    assert open_fds() == fds and children() == kids
+    assert errpipe._pipes == {}
+
+
+def _no_pipe() -> tuple[int, int]:
+    raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+
+@needs_c
+def test_patch_puts_the_method_in_place_and_unpatch_takes_it_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under patch(), CPython's Popen makes no pipe of its own either; after
+    unpatch() its method and module are as they were."""
+    cpython_method = subprocess.Popen.__dict__["_execute_child"]
+    names = set(vars(subprocess))
+    with rdmaspawn.patched():
+        method = subprocess.Popen.__dict__["_execute_child"]
+        assert method is not cpython_method
+        assert method.__globals__ is vars(subprocess)
+        assert (method.__module__, method.__qualname__) == ("subprocess", "Popen._execute_child")
+        assert set(vars(subprocess)) == names | set(execute_child.NAMES)
+        with monkeypatch.context() as m:
+            m.setattr(os, "pipe", _no_pipe)
+            assert subprocess.Popen(TRUE, **VIA_FORK_EXEC).wait() == 0
+    assert subprocess.Popen.__dict__["_execute_child"] is cpython_method
+    assert set(vars(subprocess)) == names
+
+
+@needs_c
+def test_a_fork_exec_not_rdmaspawns_gets_a_real_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork_exec put in place of rdmaspawn's under patch() (CPython's own
+    tests mock it) gets a real pipe, which it may write into: what it writes
+    is raised as CPython raises it."""
+    internals = cpython.current()
+    assert internals is not None
+    module, attr = internals.home
+    home = subprocess if module == "subprocess" else sys.modules[module]
+    at = internals.params.index("errpipe_write")
+
+    def writes_an_error(*args: object) -> int:
+        fd = args[at]
+        assert isinstance(fd, int) and not errpipe.is_memory(fd)
+        os.write(fd, b"OSError:%x:" % errno.EISDIR)
+        return 0
+
+    with rdmaspawn.patched():
+        monkeypatch.setattr(home, attr, writes_an_error)
+        monkeypatch.setattr(os, "waitpid", lambda *a: (0, 0))
+        with pytest.raises(IsADirectoryError):
+            subprocess.Popen(TRUE, **VIA_FORK_EXEC)
+        monkeypatch.undo()
+    assert errpipe._pipes == {}
+
+
+@needs_c
+def test_through_the_guards_wrapper_the_pipe_stays_in_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """guard() wraps fork_exec over patch()'s (as RDMASPAWN=on does): its
+    wrapper hands the call on unchanged, so the pipe is still kept in memory."""
+    internals = cpython.current()
+    assert internals is not None
+    module, attr = internals.home
+    home = subprocess if module == "subprocess" else sys.modules[module]
+    with rdmaspawn.patched():
+        rdmaspawn.guard("warn")
+        try:
+            assert getattr(getattr(home, attr), "__rdmaspawn_guard__", False)
+            with monkeypatch.context() as m:
+                m.setattr(os, "pipe", _no_pipe)
+                assert subprocess.Popen(TRUE, **VIA_FORK_EXEC).wait() == 0
+        finally:
+            rdmaspawn.unguard()
+
+
 def test_a_traceback_names_cpythons_lines() -> None:
     """The frame of the raise in _execute_child is CPython's file and line."""
     def last_frame(popen_class: type) -> tuple[str, int | None, str]:
@@ -126,7 +216,11 @@ def test_the_calls_on_their_own() -> None:
     closed end is EBADF; a number below FIRST_FD is os's."""
     assert errpipe.CALLS is not None
     pipe, read, close = errpipe.CALLS
-    r, w = pipe()
+    real_r, real_w = pipe(os.fork)  # not a fork_exec of rdmaspawn's: a real pipe
+    assert not errpipe.is_memory(real_r) and os.fstat(real_r)
+    close(real_r)
+    close(real_w)
+    r, w = pipe(_ours())
     assert r >= errpipe.FIRST_FD and w == r + 1 and errpipe.is_memory(r)
     assert read(r, 10) == b""
     assert errpipe.write(w, b"OSError:2:") == 10
@@ -157,7 +251,7 @@ def test_an_exception_during_the_real_pipes_read_is_raised_by_read() -> None:
     once, where CPython's own os.read() of the pipe would have raised it."""
     assert errpipe.CALLS is not None
     pipe, read, close = errpipe.CALLS
-    r, _ = pipe()
+    r, _ = pipe(_ours())
     errpipe._pipes[r] = KeyboardInterrupt()
     with pytest.raises(KeyboardInterrupt):
         read(r, 50000)

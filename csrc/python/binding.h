@@ -57,10 +57,15 @@ PyObject *rs_fork_exec_params(void);
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
                            PyObject *chdir_tag, PyObject *report, int first_memory_fd);
 
-/* pipe(), read(fd, n) and close(fd) of the error pipe rdmaspawn.Popen keeps
- * in memory, in the dict pipes (read end -> what is unread), for numbers
- * first_fd and up; below it, os's own (errpipe.c): a new tuple of three. */
-PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd);
+/* Whether obj is one of those fork_exec objects. */
+int rs_is_fork_exec(PyObject *obj);
+
+/* pipe(fork_exec), read(fd, n) and close(fd) of the error pipe kept in
+ * memory, in the dict pipes (read end -> what is unread), for numbers
+ * first_fd and up; below it, os's own; pipe() makes a real one unless
+ * fork_exec (through wrappers that carry the attribute guard_mark) is one
+ * of rdmaspawn's (errpipe.c): a new tuple of three. */
+PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd, PyObject *guard_mark);
 
 /* Popen._posix_spawn's plain call (its positional arguments, call) spawned:
  * the pid, or None where the call is not plain; positions is bytes, where

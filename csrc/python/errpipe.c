@@ -1,9 +1,16 @@
 /*
- * pipe(), read() and close() of the error pipe that rdmaspawn.Popen keeps in
- * memory (rdmaspawn/dropin/errpipe.py says why and what the numbers are).
- * CPython's recompiled _execute_child calls each once per spawn; as Python
- * functions the three cost the parent more than half of what the pipe's own
- * system calls did, and big ints (2**30 and up) are slow in Python.
+ * pipe(), read() and close() of the error pipe kept in memory
+ * (rdmaspawn/dropin/errpipe.py says why and what the numbers are). CPython's
+ * recompiled _execute_child calls each once per spawn; as Python functions
+ * the three cost the parent more than half of what the pipe's own system
+ * calls did, and big ints (2**30 and up) are slow in Python.
+ *
+ * pipe() is given the fork_exec that the method is about to call, and keeps
+ * the pipe in memory only where that is one of rdmaspawn's, reached through
+ * nothing but rdmaspawn's guard's wrappers (which hand each call on
+ * unchanged): anything else (CPython's own, a test's mock, another
+ * library's wrapper) may write into the pipe or hand it to a child, and
+ * gets a real one from os.pipe(), looked up at the call.
  *
  * The pipes live in errpipe.py's dict, shared with its write() and
  * call_with_real_pipe(): read end -> bytes written and not read yet, or the
@@ -25,13 +32,56 @@
 
 static PyObject *pipes;      /* errpipe.py's _pipes */
 static PyObject *os_module;  /* for a real descriptor */
+static PyObject *guard_mark; /* the attribute on rdmaspawn's guard's wrappers */
 static long first_fd;
 static unsigned long next_pair;
 
-static PyObject *errpipe_pipe(PyObject *unused, PyObject *noargs)
+/* os.<name>(args...) for a real descriptor, looked up at the call: with no
+ * format string (an abi3 build's varargs formats differ between versions). */
+static PyObject *call_os(const char *name, PyObject *a, PyObject *b)
+{
+    PyObject *func = PyObject_GetAttrString(os_module, name);
+    if (!func)
+        return NULL;
+    PyObject *out = PyObject_CallFunctionObjArgs(func, a, b, NULL);
+    Py_DECREF(func);
+    return out;
+}
+
+/* 1 if a call of fork_exec reaches one of rdmaspawn's fork_exec objects with
+ * its arguments unchanged, 0 if not, -1 with an exception. */
+static int reaches_ours(PyObject *fork_exec)
+{
+    PyObject *link = fork_exec;
+    Py_INCREF(link);
+    for (int depth = 0; depth < 64; depth++) {   /* longer: a cycle */
+        if (rs_is_fork_exec(link)) {
+            Py_DECREF(link);
+            return 1;
+        }
+        PyObject *mark = PyObject_GetAttr(link, guard_mark);
+        int marked = mark ? PyObject_IsTrue(mark) : 0;
+        Py_XDECREF(mark);
+        PyObject *inner = marked == 1 ? PyObject_GetAttrString(link, "__wrapped__") : NULL;
+        Py_DECREF(link);
+        if (!inner) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear();
+            return 0;
+        }
+        link = inner;
+    }
+    Py_DECREF(link);
+    return 0;
+}
+
+static PyObject *errpipe_pipe(PyObject *unused, PyObject *fork_exec)
 {
     (void)unused;
-    (void)noargs;
+    int ours = reaches_ours(fork_exec);
+    if (ours <= 0)
+        return ours < 0 ? NULL : call_os("pipe", NULL, NULL);
     long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
     long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
     PyObject *ends = PyTuple_New(2);
@@ -49,18 +99,6 @@ static PyObject *errpipe_pipe(PyObject *unused, PyObject *noargs)
     PyTuple_SetItem(ends, 0, key);         /* steal the references */
     PyTuple_SetItem(ends, 1, write_end);
     return ends;
-}
-
-/* os.<name>(args...) for a real descriptor, looked up at the call: with no
- * format string (an abi3 build's varargs formats differ between versions). */
-static PyObject *call_os(const char *name, PyObject *a, PyObject *b)
-{
-    PyObject *func = PyObject_GetAttrString(os_module, name);
-    if (!func)
-        return NULL;
-    PyObject *out = PyObject_CallFunctionObjArgs(func, a, b, NULL);
-    Py_DECREF(func);
-    return out;
 }
 
 static PyObject *errpipe_read(PyObject *unused, PyObject *args)
@@ -125,23 +163,27 @@ static PyObject *errpipe_close(PyObject *unused, PyObject *arg)
 }
 
 static PyMethodDef calls[] = {
-    {"pipe", errpipe_pipe, METH_NOARGS, "os.pipe() for the error pipe: (read end, write end)."},
+    {"pipe", errpipe_pipe, METH_O,
+     "os.pipe() for the error pipe of a call of fork_exec: (read end, write end)."},
     {"read", errpipe_read, METH_VARARGS, "os.read(fd, n) of the error pipe."},
     {"close", errpipe_close, METH_O, "os.close(fd) of an end of the error pipe."},
 };
 
-PyObject *rs_errpipe_calls(PyObject *pipes_dict, PyObject *os, long first)
+PyObject *rs_errpipe_calls(PyObject *pipes_dict, PyObject *os, long first, PyObject *mark)
 {
-    if (!PyDict_Check(pipes_dict) || first < 3 || first > INT_MAX - 1) {
+    if (!PyDict_Check(pipes_dict) || first < 3 || first > INT_MAX - 1 || !PyUnicode_Check(mark)) {
         PyErr_SetString(PyExc_TypeError, "rs_errpipe_calls: bad arguments");
         return NULL;
     }
     Py_XDECREF(pipes);
     Py_XDECREF(os_module);
+    Py_XDECREF(guard_mark);
     Py_INCREF(pipes_dict);
     pipes = pipes_dict;
     Py_INCREF(os);
     os_module = os;
+    Py_INCREF(mark);
+    guard_mark = mark;
     first_fd = first;
     PyObject *out = PyTuple_New(3);
     for (int i = 0; out && i < 3; i++) {

@@ -377,10 +377,16 @@ PyObject *rs_fork_exec_params(void)
     return names;
 }
 
+static PyObject *type;  /* made once; the GIL serialises the callers */
+
+int rs_is_fork_exec(PyObject *obj)
+{
+    return type && (PyObject *)Py_TYPE(obj) == type;
+}
+
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
                            PyObject *chdir_tag, PyObject *report, int first_memory_fd)
 {
-    static PyObject *type;  /* made once; the GIL serialises the callers */
     Py_ssize_t nargs = 0;
 
     if (!PyTuple_Check(positions) || PyTuple_Size(positions) != N_PARAMS

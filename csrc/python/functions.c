@@ -156,12 +156,12 @@ static PyObject *held_fork(PyObject *module, PyObject *args)
 
 static PyObject *errpipe_calls(PyObject *module, PyObject *args)
 {
-    PyObject *pipes, *os;
+    PyObject *pipes, *os, *guard_mark;
     long first;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOl:errpipe_calls", &pipes, &os, &first))
+    if (!PyArg_ParseTuple(args, "OOlO:errpipe_calls", &pipes, &os, &first, &guard_mark))
         return NULL;
-    return rs_errpipe_calls(pipes, os, first);
+    return rs_errpipe_calls(pipes, os, first, guard_mark);
 }
 
 static PyMethodDef functions[] = {
@@ -191,8 +191,8 @@ static PyMethodDef functions[] = {
      "popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal): "
      "rdmaspawn.Popen.__init__ (popen_init.c)."},
     {"errpipe_calls", errpipe_calls, METH_VARARGS,
-     "errpipe_calls(pipes, os, first_fd): (pipe, read, close) of the error pipe "
-     "kept in pipes (errpipe.c)."},
+     "errpipe_calls(pipes, os, first_fd, guard_mark): (pipe, read, close) of the "
+     "error pipe kept in pipes (errpipe.c)."},
     {"held_fork", held_fork, METH_VARARGS,
      "held_fork(f, decide, unheld): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},

@@ -98,10 +98,10 @@ spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] | None = \
 #: method descriptor; any call it does not take goes to ``slow``, the Python
 #: one. None without ctypes (Popen keeps the Python one).
 popen_init_new: Callable[..., Any] | None = _functions.get("popen_init_new")
-#: ``errpipe_calls(pipes, os, first_fd)``: csrc/python/errpipe.c, the
-#: (pipe, read, close) of dropin.errpipe's pipes; None without ctypes
-#: (rdmaspawn.Popen then makes CPython's real error pipe).
-errpipe_calls: Callable[[dict[int, Any], Any, int], Any] | None = \
+#: ``errpipe_calls(pipes, os, first_fd, guard_mark)``: csrc/python/errpipe.c,
+#: the (pipe, read, close) of dropin.errpipe's pipes; None without ctypes
+#: (CPython's real error pipe is made then).
+errpipe_calls: Callable[[dict[int, Any], Any, int, str], Any] | None = \
     _functions.get("errpipe_calls")
 #: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
 #: with its child held until the parent has compared their total_vm, and

@@ -21,7 +21,8 @@ marker (memfd name)        mapped while
 import os
 import sys
 
-__all__ = ["GUARD_PREFIX", "MEMFD", "PATCHED", "REPAIRED", "set_guard", "set_patched"]
+__all__ = ["GUARD_PREFIX", "GUARD_WRAPPER", "MEMFD", "PATCHED", "REPAIRED", "set_guard",
+           "set_patched"]
 
 # Loaded by guard() in every interpreter under RDMASPAWN=on: names and two
 # calls only; the doctor reads the markers (tools/doctor/inforce.py).
@@ -32,6 +33,12 @@ PATCHED = "rdmaspawn-patched"
 GUARD_PREFIX = "rdmaspawn-guard-"
 #: csrc/forkrepair.c maps it when the repair starts.
 REPAIRED = "rdmaspawn-fork-repair"
+
+#: Not a page: the attribute (True) on each wrapper rdmaspawn's guard puts
+#: over ``os.fork`` and ``fork_exec`` (tools/guard.py). A marked fork_exec
+#: wrapper hands each call on to its ``__wrapped__`` unchanged, or raises;
+#: dropin/errpipe.py looks through it for rdmaspawn's own fork_exec.
+GUARD_WRAPPER = "__rdmaspawn_guard__"
 
 # Two ways to map a marker. The C core's rs_marker_set() maps it and keeps
 # no descriptor, but loading the core (cffi's backend with it) is about 1 ms

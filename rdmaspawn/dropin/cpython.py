@@ -176,14 +176,17 @@ _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", 
 
 
 def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str, ...] | None:
-    """The names ``func`` loads between naming fork_exec and calling it."""
+    """The names ``func`` loads between naming fork_exec and calling it (from
+    its last naming before the call: the method patch() puts in place also
+    names it earlier, for its error pipe)."""
     module, attr = home
     name = attr if module == "subprocess" else "fork_exec"
     names: list[str] | None = None
     for ins in dis.get_instructions(func):
+        if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
+            names = []
+            continue
         if names is None:
-            if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
-                names = []
             continue
         if ins.opname.startswith("CALL") and (ins.arg or 0) >= len(_PARAMS_21) - 1:
             return tuple(names)

@@ -1,4 +1,4 @@
-"""The error pipe of ``rdmaspawn.Popen``'s ``_execute_child``, kept in memory.
+"""The error pipe of ``Popen._execute_child``, kept in memory.
 
 CPython's ``_execute_child`` makes a pipe on every spawn for one purpose: a
 child that fails before ``execve`` writes what failed into it ("OSError:2:"),
@@ -6,10 +6,12 @@ and the parent reads it once the child has exec'd or died. That pipe cost a
 spawn more of the parent's CPU than all the rest of rdmaspawn's own work
 (pipe2, two closes and a read, in the kernel: issue 29). The engine's child
 never writes it: it reports through shared memory, and ``fork_exec`` writes
-the pipe in the parent for it. So rdmaspawn.Popen runs CPython's
-``_execute_child`` recompiled to call :data:`CALLS` instead of ``os``'s
-pipe, read and close for that pipe only (``dropin/execute_child.py``), and
-``fork_exec`` hands a failed child's report to :func:`write`.
+the pipe in the parent for it. So rdmaspawn.Popen, and CPython's Popen
+under ``patch()``, run CPython's ``_execute_child`` recompiled to call
+:data:`CALLS` instead of ``os``'s pipe, read and close for that pipe only
+(``dropin/execute_child.py``), and ``fork_exec`` hands a failed child's
+report to :func:`write`. The pipe is kept here only for a call of
+rdmaspawn's own ``fork_exec``; any other gets a real one.
 
 Each pipe here is a pair of numbers at or above :data:`FIRST_FD`, which
 Linux gives no descriptor unless ``fs.nr_open`` and ``RLIMIT_NOFILE`` were
@@ -27,6 +29,7 @@ import os
 from typing import Any, Callable
 
 from .._native import capi as _capi
+from .._startup.markers import GUARD_WRAPPER
 
 __all__ = ["FIRST_FD", "CALLS", "write", "is_memory", "call_with_real_pipe"]
 
@@ -41,11 +44,14 @@ _pipes: dict[int, bytes | BaseException] = {}
 
 #: ``(pipe, read, close)``: ``os.pipe()``, ``os.read(fd, n)`` and
 #: ``os.close(fd)`` for these pipes, in C (csrc/python/errpipe.c: once per
-#: spawn each); None where ctypes cannot load the binding, and then no pipe
-#: is kept here (Popen makes CPython's real one).
-CALLS: tuple[Callable[[], tuple[int, int]], Callable[[int, int], bytes],
+#: spawn each). ``pipe(fork_exec)`` is given the fork_exec the method will
+#: call, and keeps the pipe here only where that is rdmaspawn's (through
+#: rdmaspawn's guard's wrappers at most): anything else gets a real pipe.
+#: None where ctypes cannot load the binding, and then no pipe is kept here.
+CALLS: tuple[Callable[[Any], tuple[int, int]], Callable[[int, int], bytes],
              Callable[[int], None]] | None = \
-    _capi.errpipe_calls(_pipes, os, FIRST_FD) if _capi.errpipe_calls is not None else None
+    _capi.errpipe_calls(_pipes, os, FIRST_FD, GUARD_WRAPPER) \
+    if _capi.errpipe_calls is not None else None
 
 
 def is_memory(fd: int) -> bool:

@@ -1,16 +1,21 @@
-"""``rdmaspawn.Popen._execute_child``: CPython's own, with its error pipe in memory.
+"""``Popen._execute_child``: CPython's own, with its error pipe in memory.
 
 The method is compiled again from this CPython's own ``Lib/subprocess.py``,
 with four calls changed and nothing else: ``os.pipe()`` that makes the error
 pipe, the two ``os.close()`` of its ends and the ``os.read()`` of it become
-calls of ``dropin/errpipe.py``'s ``CALLS`` (which says why). Every other line,
-the line numbers and the file name in a traceback included, is CPython's.
+calls of ``dropin/errpipe.py``'s ``CALLS`` (which says why); the pipe call
+is given the ``fork_exec`` the method is about to call, and makes a real
+pipe for any that is not rdmaspawn's. Every other line, the line numbers
+and the file name in a traceback included, is CPython's. rdmaspawn.Popen
+runs it with its own globals, and CPython's Popen under ``patch()`` with
+subprocess's.
 
 It is used only where that is certain: the source on disk, compiled
 unchanged, must give exactly the method's own code, and each of the four
 calls must appear once. Otherwise (no source file, a CPython that reads its
-pipe some other way) :func:`code` returns None and Popen runs CPython's
-method as it is, with a real pipe.
+pipe some other way) :func:`code` returns None and the method stays
+CPython's, with a real pipe. Compiling costs a few ms, paid once per process
+and not before the first spawn that needs it.
 """
 from __future__ import annotations
 
@@ -18,19 +23,32 @@ import sys
 import types
 from typing import Any, Callable
 
-__all__ = ["NAMES", "code"]
+from . import cpython as _cpython
+
+__all__ = ["NAMES", "code", "method"]
 
 #: The globals through which the recompiled method reaches
 #: ``dropin.errpipe.CALLS``: pipe, read, close.
 NAMES = ("_rdmaspawn_errpipe_pipe", "_rdmaspawn_errpipe_read", "_rdmaspawn_errpipe_close")
 
-#: Each call, as CPython writes it, and what it becomes.
-_CHANGES = (
-    ("errpipe_read, errpipe_write = os.pipe()", f"errpipe_read, errpipe_write = {NAMES[0]}()"),
-    ("os.close(errpipe_write)", f"{NAMES[2]}(errpipe_write)"),
-    ("os.read(errpipe_read, ", f"{NAMES[1]}(errpipe_read, "),
-    ("os.close(errpipe_read)", f"{NAMES[2]}(errpipe_read)"),
-)
+
+
+def _changes(fork_exec: str) -> tuple[tuple[str, str], ...]:
+    """Each call, as CPython writes it, and what it becomes; ``fork_exec`` is
+    the expression through which the method calls fork_exec."""
+    return (
+        ("errpipe_read, errpipe_write = os.pipe()",
+         f"errpipe_read, errpipe_write = {NAMES[0]}({fork_exec})"),
+        ("os.close(errpipe_write)", f"{NAMES[2]}(errpipe_write)"),
+        ("os.read(errpipe_read, ", f"{NAMES[1]}(errpipe_read, "),
+        ("os.close(errpipe_read)", f"{NAMES[2]}(errpipe_read)"),
+    )
+
+
+#: code()'s answers, by the id of the code they were made from (code objects
+#: compare by value, file name left out), with that code: one compile per
+#: process.
+_made: dict[int, tuple[types.CodeType, types.CodeType | None]] = {}
 
 
 def _method_source(func: Callable[..., Any]) -> str | None:
@@ -89,12 +107,38 @@ def code(func: Callable[..., Any]) -> types.CodeType | None:
     ``dropin.errpipe.CALLS`` among its globals; None where that cannot be
     made with certainty."""
     original = func.__code__
+    if id(original) not in _made:
+        _made[id(original)] = (original, _recompiled(func))
+    return _made[id(original)][1]
+
+
+def _recompiled(func: Callable[..., Any]) -> types.CodeType | None:
+    original = func.__code__
+    internals = _cpython.current()
     source = _method_source(func)
-    if source is None or _compiled(source, original) != original:
+    if internals is None or source is None or _compiled(source, original) != original:
         return None
-    for old, _new in _CHANGES:
+    module, attr = internals.home
+    changes = _changes(attr if module == func.__module__ else f"{module}.{attr}")
+    for old, _new in changes:
         if source.count(old) != 1:
             return None
-    for old, new in _CHANGES:
+    for old, new in changes:
         source = source.replace(old, new)
     return _compiled(source, original)
+
+
+def method(func: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``func`` (CPython's ``Popen._execute_child``) with its error pipe in
+    memory, its own globals, defaults and names; None as :func:`code`. Its
+    globals need :data:`NAMES` (``patch()`` puts them there)."""
+    changed = code(func)
+    if changed is None:
+        return None
+    new = types.FunctionType(changed, func.__globals__, func.__name__, func.__defaults__,
+                             func.__closure__)
+    new.__kwdefaults__ = func.__kwdefaults__
+    new.__doc__ = func.__doc__
+    new.__qualname__ = func.__qualname__
+    new.__module__ = func.__module__
+    return new

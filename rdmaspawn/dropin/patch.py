@@ -6,7 +6,9 @@ helpers, ``os.popen``, asyncio's subprocesses and multiprocessing's ``spawn``
 and ``forkserver`` start methods (``util.spawnv_passfds``) all end there.
 Replacing it, and subprocess's ``posix_spawn`` shortcut
 (``Popen._posix_spawn``), covers code that did ``from subprocess import
-Popen`` long before the patch.
+Popen`` long before the patch. ``Popen._execute_child`` becomes CPython's
+own recompiled with its error pipe in memory (``dropin/execute_child.py``),
+where that can be made: the engine's child never writes that pipe.
 ``os.spawn*`` fork on their own and get the engine too. What cannot be
 patched: ``os.fork`` itself, multiprocessing's ``fork`` start method and
 ``pty``: see ``rdmaspawn.guard()``.
@@ -24,6 +26,8 @@ from typing import Any
 from .._startup import markers as _markers
 from .._startup import standin as _standin
 from . import cpython as _cpython
+from . import errpipe as _errpipe
+from . import execute_child as _execute_child
 from . import forkexec as _forkexec
 from . import posixspawn as _posixspawn
 from . import spawnv as _spawnv
@@ -33,15 +37,17 @@ from . import wrapping as _wrapping
 __all__ = ["patch", "unpatch", "patched", "is_patched", "get_context"]
 
 _lock = threading.Lock()
-# (object, attribute, value before, value we set), in the order applied.
+# (object, attribute, value before, value we set), in the order applied;
+# _ABSENT as the value before: an attribute patch() added.
 _applied: list[tuple[Any, str, Any, Any]] | None = None
+_ABSENT = object()
 # The default start methods patch(start_method=) set, for unpatch() to undo
 # (only those: RDMASPAWN's stays).
 _preferences: list[_startmethod.Preference] = []
 
 
 def _swap(done: list[tuple[Any, str, Any, Any]], obj: Any, name: str, new: Any) -> None:
-    done.append((obj, name, getattr(obj, name), new))
+    done.append((obj, name, getattr(obj, name, _ABSENT), new))
     setattr(obj, name, new)
 
 
@@ -71,6 +77,14 @@ def patch(start_method: str | None = None) -> None:
             sub_fork_exec = _forkexec.make_fork_exec(getattr(subprocess, attr))
             _swap(done, subprocess, attr, sub_fork_exec)
         _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
+        # Its _execute_child with the error pipe in memory where its
+        # fork_exec is ours (dropin/execute_child.py), if it can be made.
+        cpython_method = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+        method = _execute_child.method(cpython_method) if _errpipe.CALLS is not None else None
+        if method is not None:
+            for name, call in zip(_execute_child.NAMES, _errpipe.CALLS or ()):
+                _swap(done, subprocess, name, call)
+            _swap(done, subprocess.Popen, "_execute_child", method)
         if hasattr(os, "_spawnvef"):
             _swap(done, os, "_spawnvef", _spawnv.spawnvef)
         _applied = done
@@ -87,6 +101,10 @@ def unpatch() -> None:
         if _applied is None:
             return
         for obj, name, old, new in reversed(_applied):
+            if old is _ABSENT:
+                if getattr(obj, name, None) is new:
+                    delattr(obj, name)
+                continue
             # Off the attribute, or out of the chain of whoever wrapped ours
             # since (rdmaspawn.guard() does); else it stays there.
             _wrapping.splice_out(obj, name, new, old)

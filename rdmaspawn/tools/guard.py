@@ -67,6 +67,7 @@ import errno
 import os
 import sys
 
+from .._startup.markers import GUARD_WRAPPER as _MARK
 from .._startup.onimport import after_subprocess
 
 TYPE_CHECKING = False
@@ -93,7 +94,6 @@ __all__ = [
     "unguard",
 ]
 
-_MARK = "__rdmaspawn_guard__"
 _PREEXEC_ONLY = "__rdmaspawn_forks_only_for_preexec_fn__"
 
 
