@@ -2,16 +2,17 @@
 
 CPython's ``_execute_child`` makes a pipe on every spawn for one purpose: a
 child that fails before ``execve`` writes what failed into it ("OSError:2:"),
-and the parent reads it once the child has exec'd or died. That pipe cost a
-spawn more of the parent's CPU than all the rest of rdmaspawn's own work
-(pipe2, two closes and a read, in the kernel: issue 29). The engine's child
-never writes it: it reports through shared memory, and ``fork_exec`` writes
-the pipe in the parent for it. So rdmaspawn.Popen, and CPython's Popen
-under ``patch()``, run CPython's ``_execute_child`` recompiled to call
-:data:`CALLS` instead of ``os``'s pipe, read and close for that pipe only
-(``dropin/execute_child.py``), and ``fork_exec`` hands a failed child's
-report to :func:`write`. The pipe is kept here only for a call of
-rdmaspawn's own ``fork_exec``; any other gets a real one.
+and the parent reads it once the child has exec'd or died. Its four system
+calls (pipe2, two closes and a read) cost 5.6 us of CPU in a loop in C on
+the development VM, against 0.42 us for a sigaction (docs/benchmark.md,
+issue 29). The engine's child never writes it: it reports through shared
+memory, and ``fork_exec`` writes the pipe in the parent for it. So
+rdmaspawn.Popen, and CPython's Popen under ``patch()``, run CPython's
+``_execute_child`` recompiled to call :data:`CALLS` instead of ``os``'s
+pipe, read and close for that pipe only (``dropin/execute_child.py``), and
+``fork_exec`` hands a failed child's report to :func:`write`. The pipe is
+kept here only for a call of rdmaspawn's own ``fork_exec``; any other gets
+a real one.
 
 Each pipe here is a pair of numbers at or above :data:`FIRST_FD`, which
 Linux gives no descriptor unless ``fs.nr_open`` and ``RLIMIT_NOFILE`` were
