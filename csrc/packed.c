@@ -12,6 +12,16 @@
 
 #include "rdmaspawn.h"
 
+void rs_request_flags(struct rs_request *r, int flags)
+{
+    r->close_fds = !!(flags & RS_F_CLOSE_FDS);
+    r->restore_signals = !!(flags & RS_F_RESTORE_SIGNALS);
+    r->setsid = !!(flags & RS_F_SETSID);
+    r->want_pidfd = !!(flags & RS_F_WANT_PIDFD);
+    r->reap_on_failure = !!(flags & RS_F_REAP_ON_FAILURE);
+    r->force_clone = !!(flags & RS_F_FORCE_CLONE);
+}
+
 int rs_spawn_packed(const char *argv_blob, int argc,
                     const char *exec_blob, int nexec,
                     const char *env_blob, int nenv, char *const *envp,
@@ -54,12 +64,7 @@ int rs_spawn_packed(const char *argv_blob, int argc,
     r.stdin_fd = stdin_fd;
     r.stdout_fd = stdout_fd;
     r.stderr_fd = stderr_fd;
-    r.close_fds = !!(flags & RS_F_CLOSE_FDS);
-    r.restore_signals = !!(flags & RS_F_RESTORE_SIGNALS);
-    r.setsid = !!(flags & RS_F_SETSID);
-    r.want_pidfd = !!(flags & RS_F_WANT_PIDFD);
-    r.reap_on_failure = !!(flags & RS_F_REAP_ON_FAILURE);
-    r.force_clone = !!(flags & RS_F_FORCE_CLONE);
+    rs_request_flags(&r, flags);
     r.close_method = close_method;
     r.umask = umask;
     r.pgid = pgid;

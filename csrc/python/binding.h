@@ -1,6 +1,6 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
- * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), Popen's __init__ (popen_init.c) and the builtins that keep the GIL (functions.c), reached
+ * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), the engine's plain request (spawn_request.c), Popen's __init__ (popen_init.c) and the builtins that keep the GIL (functions.c), reached
  * through ctypes.PyDLL; and the SIGINT hold (sigint.c), also through cffi (the block between the cdef markers is read
  * by build_ffi.py like rdmaspawn.h's).
  */
@@ -71,6 +71,15 @@ PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd, PyObjec
  * the pid, or None where the call is not plain; positions is bytes, where
  * each parameter sits in the call (see posix_spawn.c). */
 PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions);
+
+/* SpawnRequest's field names, in the order rs_spawn_request_plain() reads
+ * them (spawn_request.c): a new tuple of str. */
+PyObject *rs_spawn_request_fields(void);
+
+/* engine.spawn_packed()'s plain request (a SpawnRequest without setup)
+ * spawned: (pid, pidfd, err, step, exec_index) of its struct rs_result, or
+ * None where the request is not plain. */
+PyObject *rs_spawn_request_plain(PyObject *request);
 
 /* rdmaspawn.Popen.__init__ (popen_init.c): base.__init__ (subprocess.Popen's)
  * with SIGINT held back, for instances of popen itself without setup

@@ -51,23 +51,18 @@
  * tests/test_forkexec.py compares the two.
  */
 #define FORK_EXEC_PARAMS(X) \
-    X(ARGS, args) X(EXECUTABLE_LIST, executable_list) X(CLOSE_FDS, close_fds) \
-    X(FDS_TO_KEEP, fds_to_keep) X(CWD, cwd) X(ENV, env_list) \
-    X(P2CREAD, p2cread) X(P2CWRITE, p2cwrite) X(C2PREAD, c2pread) \
-    X(C2PWRITE, c2pwrite) X(ERRREAD, errread) X(ERRWRITE, errwrite) \
-    X(ERRPIPE_READ, errpipe_read) X(ERRPIPE_WRITE, errpipe_write) \
-    X(RESTORE_SIGNALS, restore_signals) X(CALL_SETSID, call_setsid) \
-    X(PGID_TO_SET, pgid_to_set) X(GID, gid) X(EXTRA_GROUPS, extra_groups) \
-    X(UID, uid) X(CHILD_UMASK, child_umask) X(PREEXEC_FN, preexec_fn) \
-    X(ALLOW_VFORK, allow_vfork)
+    X(P_ARGS, args) X(P_EXECUTABLE_LIST, executable_list) X(P_CLOSE_FDS, close_fds) \
+    X(P_FDS_TO_KEEP, fds_to_keep) X(P_CWD, cwd) X(P_ENV, env_list) \
+    X(P_P2CREAD, p2cread) X(P_P2CWRITE, p2cwrite) X(P_C2PREAD, c2pread) \
+    X(P_C2PWRITE, c2pwrite) X(P_ERRREAD, errread) X(P_ERRWRITE, errwrite) \
+    X(P_ERRPIPE_READ, errpipe_read) X(P_ERRPIPE_WRITE, errpipe_write) \
+    X(P_RESTORE_SIGNALS, restore_signals) X(P_CALL_SETSID, call_setsid) \
+    X(P_PGID_TO_SET, pgid_to_set) X(P_GID, gid) X(P_EXTRA_GROUPS, extra_groups) \
+    X(P_UID, uid) X(P_CHILD_UMASK, child_umask) X(P_PREEXEC_FN, preexec_fn) \
+    X(P_ALLOW_VFORK, allow_vfork)
 
-#define AS_ENUM(id, name) P_##id,
-enum param { FORK_EXEC_PARAMS(AS_ENUM) N_PARAMS };
-#undef AS_ENUM
-
-#define AS_NAME(id, name) #name,
-static const char *const param_names[N_PARAMS] = { FORK_EXEC_PARAMS(AS_NAME) };
-#undef AS_NAME
+enum param { FORK_EXEC_PARAMS(RS_X_ENUM) N_PARAMS };
+static const char *const param_names[N_PARAMS] = { FORK_EXEC_PARAMS(RS_X_NAME) };
 
 typedef struct {
     PyObject_HEAD
@@ -154,17 +149,8 @@ static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
         if (fd != fds[7])
             keep_fds[n_keep++] = fd;
     }
-    if (!rs_plain_strings(argv, argc, ptrs, h)
-            || !rs_plain_strings(exec_list, nexec, ptrs + argc + 1, h))
+    if (!rs_plain_command(argv, argc, exec_list, nexec, env, nenv, cwd, ptrs, r, h))
         return 0;
-    if (env != Py_None && !rs_plain_strings(env, nenv, envp, h))
-        return 0;
-    if (cwd != Py_None && !(r->cwd = rs_plain_string(cwd, h)))
-        return 0;
-
-    r->argv = ptrs;
-    r->exec_list = ptrs + argc + 1;
-    r->envp = envp;
     r->keep_fds = keep_fds;
     r->n_keep_fds = n_keep;
     int n_close = 0;
@@ -255,11 +241,7 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
         return call_slow(self, args, kwargs);
     }
 
-    Py_BEGIN_ALLOW_THREADS
-    rs_spawn(&r, &res);
-    Py_END_ALLOW_THREADS
-
-    rs_held_release(&h);
+    rs_spawn_held(&r, &res, &h);
     if (res.err == 0)
         return PyLong_FromLong(res.pid);
     if (res.pid < 0) {
@@ -363,18 +345,7 @@ static PyType_Spec fork_exec_spec = {
 
 PyObject *rs_fork_exec_params(void)
 {
-    PyObject *names = PyTuple_New(N_PARAMS);
-    if (!names)
-        return NULL;
-    for (int i = 0; i < N_PARAMS; i++) {
-        PyObject *name = PyUnicode_FromString(param_names[i]);
-        if (!name) {
-            Py_DECREF(names);
-            return NULL;
-        }
-        PyTuple_SetItem(names, i, name);  /* steals the reference */
-    }
-    return names;
+    return rs_names_tuple(param_names, N_PARAMS);
 }
 
 static PyObject *type;  /* made once; the GIL serialises the callers */

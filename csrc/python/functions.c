@@ -135,6 +135,19 @@ static PyObject *spawn_posix_plain(PyObject *module, PyObject *args)
     return rs_spawn_posix_plain(call, positions);
 }
 
+static PyObject *spawn_request_fields(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return rs_spawn_request_fields();
+}
+
+static PyObject *spawn_request_plain(PyObject *module, PyObject *request)
+{
+    (void)module;
+    return rs_spawn_request_plain(request);
+}
+
 static PyObject *popen_init_new(PyObject *module, PyObject *args)
 {
     PyObject *base, *popen, *slow, *setup_keywords, *getsignal, *raise_signal;
@@ -187,6 +200,11 @@ static PyMethodDef functions[] = {
     {"spawn_posix_plain", spawn_posix_plain, METH_VARARGS,
      "spawn_posix_plain(args, positions): Popen._posix_spawn's plain call spawned: "
      "the pid, or None where the call is not plain."},
+    {"spawn_request_fields", spawn_request_fields, METH_NOARGS,
+     "SpawnRequest's field names, in the order spawn_request_plain reads them."},
+    {"spawn_request_plain", spawn_request_plain, METH_O,
+     "spawn_request_plain(request): a plain SpawnRequest spawned: (pid, pidfd, err, "
+     "step, exec_index), or None where it is not plain."},
     {"popen_init_new", popen_init_new, METH_VARARGS,
      "popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal): "
      "rdmaspawn.Popen.__init__ (popen_init.c)."},

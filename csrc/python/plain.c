@@ -1,6 +1,7 @@
 /*
  * Whether one argument of fork_exec (or of _posix_spawn) is plain, and its C
- * form: the values fork_exec.c's and posix_spawn.c's C paths take as they are. Anything else (another type, a
+ * form: the values the C paths of fork_exec.c, posix_spawn.c and spawn_request.c take as they
+ * are; and the spawn and the name list those three share. Anything else (another type, a
  * number out of range, a NUL inside a string) is "not plain", never an
  * error: the call goes to the Python implementation, which raises CPython's
  * exceptions. Each function answers 1 (plain, *out set) or 0, and what the C
@@ -16,6 +17,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "rdmaspawn.h"
 #include "plain.h"
 
 void *rs_held_block(struct rs_held *h, size_t size)
@@ -123,4 +125,46 @@ Py_ssize_t rs_plain_length(PyObject *seq)
     if (Py_TYPE(seq) == &PyTuple_Type)
         return PyTuple_Size(seq);
     return -1;
+}
+
+void rs_spawn_held(const struct rs_request *r, struct rs_result *res, struct rs_held *h)
+{
+    Py_BEGIN_ALLOW_THREADS
+    rs_spawn(r, res);
+    Py_END_ALLOW_THREADS
+    rs_held_release(h);
+}
+
+PyObject *rs_names_tuple(const char *const *names, int n)
+{
+    PyObject *out = PyTuple_New(n);
+    if (!out)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SetItem(out, i, name);  /* steals the reference */
+    }
+    return out;
+}
+
+int rs_plain_command(PyObject *argv, Py_ssize_t argc, PyObject *exec_list, Py_ssize_t nexec,
+                     PyObject *env, Py_ssize_t nenv, PyObject *cwd, char **ptrs,
+                     struct rs_request *r, struct rs_held *h)
+{
+    char **exec_ptrs = ptrs + argc + 1, **envp = exec_ptrs + nexec + 1;
+
+    if (!rs_plain_strings(argv, argc, ptrs, h) || !rs_plain_strings(exec_list, nexec, exec_ptrs, h))
+        return 0;
+    if (env != Py_None && !rs_plain_strings(env, nenv, envp, h))
+        return 0;
+    if (cwd != Py_None && !(r->cwd = rs_plain_string(cwd, h)))
+        return 0;
+    r->argv = ptrs;
+    r->exec_list = exec_ptrs;
+    r->envp = envp;
+    return 1;
 }

@@ -1,6 +1,7 @@
 /*
  * plain.c: is a fork_exec argument a plain value, and its C form (with the
- * GIL held). Python-only, like its users, fork_exec.c and posix_spawn.c.
+ * GIL held); the spawn that ends each plain call. Python-only, like its
+ * users, fork_exec.c, posix_spawn.c and spawn_request.c.
  */
 #ifndef RDMASPAWN_PLAIN_H
 #define RDMASPAWN_PLAIN_H
@@ -50,5 +51,29 @@ int rs_plain_strings(PyObject *seq, Py_ssize_t n, char **out, struct rs_held *h)
 
 /* The length of an exact list or tuple, else -1. */
 Py_ssize_t rs_plain_length(PyObject *seq);
+
+struct rs_request;
+struct rs_result;
+
+/* The command of a plain request into r: argv, exec_list and env as pointer
+ * arrays in ptrs, back to back in that order (argc + 1, nexec + 1, nenv + 1
+ * slots; env None: the environ array's copy is there already), and cwd
+ * (None: stay). 1, or 0 where one of them is not plain. */
+int rs_plain_command(PyObject *argv, Py_ssize_t argc, PyObject *exec_list, Py_ssize_t nexec,
+                     PyObject *env, Py_ssize_t nenv, PyObject *cwd, char **ptrs,
+                     struct rs_request *r, struct rs_held *h);
+
+/* A C parameter list written once as X(ID, name) pairs gives both an enum of
+ * the IDs and a table of the names: these are the two X's. */
+#define RS_X_ENUM(id, name) id,
+#define RS_X_NAME(id, name) #name,
+
+/* rs_spawn() of the converted request with the GIL released, then what h
+ * holds given back: the end every plain call shares. */
+void rs_spawn_held(const struct rs_request *r, struct rs_result *res, struct rs_held *h);
+
+/* n names as a new tuple of str: a C parameter list the binding compares
+ * with its own (fork_exec.c's, spawn_request.c's). */
+PyObject *rs_names_tuple(const char *const *names, int n);
 
 #endif

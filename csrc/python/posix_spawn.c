@@ -148,11 +148,7 @@ PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions)
         rs_held_release(&h);
         return none();
     }
-    Py_BEGIN_ALLOW_THREADS
-    rs_spawn(&r, &res);
-    Py_END_ALLOW_THREADS
-
-    rs_held_release(&h);
+    rs_spawn_held(&r, &res, &h);
     if (res.err)
         return spawn_error(res.err, PyTuple_GetItem(call, at[AT_EXECUTABLE]));
     return PyLong_FromLong(res.pid);

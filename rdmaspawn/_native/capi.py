@@ -6,7 +6,7 @@ GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
 those cost throughput. So what Popen calls per spawn is plain builtins made
 by csrc/python/functions.c: the C ``fork_exec``, a close that keeps the GIL,
 the SIGINT hold, the copy of the environ array for ``env=None``, the plain
-call of ``Popen._posix_spawn``, Popen's ``__init__``. They are fetched once
+call of ``Popen._posix_spawn``, the engine's plain request, Popen's ``__init__``. They are fetched once
 through ctypes.PyDLL (which holds the GIL and passes Python objects, as cffi
 cannot).
 
@@ -16,6 +16,7 @@ same C functions through cffi, ``close_fd`` to ``os.close``,
 ``fork_exec_new`` to None (dropin's fork_exec then runs in Python),
 ``environ_snapshot`` to None (the engine then copies the array from Python),
 ``spawn_posix_plain`` to None (dropin.posixspawn's plain call then runs
+in Python), ``spawn_request_plain`` to None (the engine converts every request
 in Python), ``popen_init_new`` to None (Popen's ``__init__`` stays the
 Python one), and ``errpipe_calls`` to None (Popen's error pipe stays a real
 one).
@@ -29,7 +30,7 @@ from typing import Any, Callable
 from .._rdmaspawn_cffi import lib
 
 __all__ = ["pydll", "close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
-           "spawn_posix_plain", "popen_init_new", "errpipe_calls", "held_fork"]
+           "spawn_posix_plain", "spawn_request_fields", "spawn_request_plain", "popen_init_new", "errpipe_calls", "held_fork"]
 
 
 @functools.cache
@@ -92,6 +93,14 @@ fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes, Callable[[int, bytes]
 #: parameter sits (dropin.posixspawn makes it). None without ctypes.
 spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] | None = \
     _functions.get("spawn_posix_plain")
+#: SpawnRequest's field names in the order spawn_request_plain reads them
+#: (csrc/python/spawn_request.c); None without ctypes.
+spawn_request_fields: Callable[[], tuple[str, ...]] | None = _functions.get("spawn_request_fields")
+#: ``spawn_request_plain(request)``: csrc/python/spawn_request.c, a
+#: SpawnRequest without setup spawned: ``(pid, pidfd, err, step,
+#: exec_index)``, or None where it is not plain. None without ctypes.
+spawn_request_plain: Callable[[tuple[Any, ...]], tuple[int, int, int, int, int] | None] | None = \
+    _functions.get("spawn_request_plain")
 #: ``popen_init_new(base, popen, slow, setup_keywords, getsignal,
 #: raise_signal)``: csrc/python/popen_init.c, rdmaspawn.Popen's ``__init__``
 #: (``base.__init__`` with SIGINT held back, for instances of ``popen``) as a

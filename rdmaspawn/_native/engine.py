@@ -280,12 +280,35 @@ def spawn(
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
+def _plain_in_c() -> Callable[[SpawnRequest], tuple[int, int, int, int, int] | None] | None:
+    """csrc/python/spawn_request.c's spawn of a plain request, where it reads
+    SpawnRequest's fields in their order (else None: every request is
+    converted here)."""
+    fields = _capi.spawn_request_fields
+    if fields is None or fields() != SpawnRequest._fields:
+        return None
+    return _capi.spawn_request_plain
+
+
+_spawn_plain_request = _plain_in_c()
+
+
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
     """Start the child ``request`` describes; as :func:`spawn`. A request with
     declarative setup goes through :mod:`rdmaspawn._child.pack`, which packs
-    the setup and calls :func:`spawn_packed` with it."""
+    the setup and calls :func:`spawn_packed` with it. A plain one (see
+    csrc/python/spawn_request.c) is converted and spawned in C; anything
+    else, bad values included, by :func:`spawn_packed`."""
     if request.setup is not None:
         return pack.spawn_with(request, spawn_packed)
+    if _spawn_plain_request is not None:
+        done = _spawn_plain_request(request)
+        if done is not None:
+            pid, pidfd, err, step, exec_index = done
+            if err:
+                raise _spawn_error(err, step, pid, exec_index, request.flags, request.cwd,
+                                   request.exec_list)
+            return pid, pidfd
     return spawn_packed(request, ffi.NULL)
 
 
@@ -319,21 +342,21 @@ def spawn_packed(request: SpawnRequest, setup_ptr: Any) -> tuple[int, int]:
         _id(uid, "uid") if uid is not None else -1,
         fail_status, res, setup_ptr)
     if res.err:
-        raise _spawn_error(res, flags, cwd, exec_list)
+        raise _spawn_error(res.err, res.step, res.pid, res.exec_index, flags, cwd, exec_list)
     return res.pid, res.pidfd
 
 
-def _spawn_error(res: Any, flags: int, cwd: object, exec_list: Sequence[object]) -> SpawnError:
-    """The SpawnError for a failed ``rs_spawn_packed()``'s ``struct rs_result``."""
-    step = ffi.string(lib.rs_step_name(res.step)).decode()
-    pid = None if res.pid < 0 or flags & REAP_ON_FAILURE else res.pid
-    filename = None
-    if res.step == lib.RS_STEP_CHDIR:
-        filename = cwd
-    elif res.step == lib.RS_STEP_EXEC and len(exec_list) > 0:
-        filename = exec_list[res.exec_index]  # the path whose error this is
-    error = SpawnError(res.err, step, filename, pid)
-    error.in_setup = res.step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
+def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,
+                 exec_list: Sequence[object]) -> SpawnError:
+    """The SpawnError for a failed spawn: its ``struct rs_result``'s err,
+    step, pid and exec_index, and the request's flags, cwd and exec_list."""
+    error = SpawnError(err, ffi.string(lib.rs_step_name(step)).decode(),
+                       cwd if step == lib.RS_STEP_CHDIR
+                       # the path whose error this is
+                       else exec_list[exec_index] if step == lib.RS_STEP_EXEC and len(exec_list) > 0
+                       else None,
+                       None if pid < 0 or flags & REAP_ON_FAILURE else pid)
+    error.in_setup = step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
     return error
 
 
@@ -351,7 +374,7 @@ def spawn_plain(argv_blob: bytes, argc: int, executable: bytes, flags: int) -> t
         ffi.NULL, 0, ffi.NULL, 0, -1, -1, -1, flags, lib.RS_CLOSE_AUTO, -1, -1, ffi.NULL, -1,
         -1, -1, lib.RS_FAIL_STATUS_CPYTHON, res, ffi.NULL)
     if res.err:
-        raise _spawn_error(res, flags, None, [executable])
+        raise _spawn_error(res.err, res.step, res.pid, res.exec_index, flags, None, [executable])
     return res.pid, res.pidfd
 
 
