@@ -158,8 +158,7 @@ static PyObject *errpipe_close(PyObject *unused, PyObject *arg)
             return NULL;
         PyErr_Clear();
     }
-    Py_INCREF(Py_None);
-    return Py_None;
+    return none();
 }
 
 static PyMethodDef calls[] = {
