@@ -72,3 +72,27 @@ def test_lane_closing_shows_the_rerun_not_unittests_failed_line(tmp_path):
     log.write_text(_SID_LOG)
     lines = _SID_LOG.splitlines()
     assert lib(f"lane_closing '{log}'").stdout.splitlines() == lines[2:]
+
+
+# The rxe lane's log where the watchdog killed a VM: its lines carry the
+# VM's name, and the lane's count has a pytest run with no result.
+_RXE_LOG = """\
+[6.1] realdevice/test_torch_rxe.py::test_the_control_does_not_finish
+[6.1] rxe_vm: no output for 121s of the VM's CPU (400s of wall clock; limits 120s, 900s): a hang; killing 42
+[6.1] rxe_vm: the watchdog killed the VM
+[5.10] FAILED realdevice/test_rxe.py::test_x - assert 0
+[5.10] ======== 1 failed, 8 passed in 673.01s (0:11:13) ========
+[5.10] rxe_vm: qemu used 259 s of CPU
+test_torch_rxe.py on 3.11 + torch (Linux 6.1): no pytest result
+VM 6.1: exit 124
+LANE: 8 passed, 2 failed
+"""
+
+
+def test_lane_closing_names_the_vm_the_watchdog_killed(tmp_path):
+    """A VM lane's failure says which VM, which test and why: the watchdog's
+    line, a VM's FAILED lines under its name, the run that left no result."""
+    log = tmp_path / "lane.log"
+    log.write_text(_RXE_LOG)
+    lines = _RXE_LOG.splitlines()
+    assert lib(f"lane_closing '{log}'").stdout.splitlines() == [lines[1], *lines[3:]]

@@ -33,12 +33,14 @@ closing_lines() {
   fi
 }
 
-# lane_closing LOG: a lane's failing tests, each pytest's closing line, its
-# VM times, each test_subprocess run's verdict with its rerun of what failed
-# under load (unittest's own "FAILED (failures=N)" line is left out: alone
-# it reads as the run's verdict when the rerun passed), and the lane's own
+# lane_closing LOG: a lane's failing tests (also those a VM's name labels,
+# "[6.1] FAILED ..."), each pytest's closing line, its VM times, a VM the
+# watchdog killed or that exited non-zero, a pytest run with no result, each
+# test_subprocess run's verdict with its rerun of what failed under load
+# (unittest's own "FAILED (failures=N)" line is left out: alone it reads as
+# the run's verdict when the rerun passed), and the lane's own
 # "LANE: N passed, N failed" line.
 lane_closing() {
-  grep -E '^(FAILED [^(]|ERROR [^(]|=+ .*(passed|failed|error).* in [0-9.]+s.*=+$|LANE: |.*the VM ran [0-9]+ s|.*qemu used [0-9]+ s of CPU|.*it used [0-9]+ s of CPU|rdmaspawn conformance, |.*rerun alone: |.*engine spawns: )' "$1" |
+  grep -E '^((\[[^]]+\] )?(FAILED|ERROR) [^(]|(\[[^]]+\] )?=+ .*(passed|failed|error).* in [0-9.]+s.*=+$|LANE: |.*the VM ran [0-9]+ s|.*qemu used [0-9]+ s of CPU|.*it used [0-9]+ s of CPU|.*a hang; killing|.*: no pytest result$|VM [^ ]+: exit [0-9]+$|rdmaspawn conformance, |.*rerun alone: |.*engine spawns: )' "$1" |
     awk '!seen[$0]++'
 }

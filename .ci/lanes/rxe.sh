@@ -27,8 +27,8 @@
 #    test_ucx_rxe.py (Open MPI + UCX + mpi4py ranks on rxe0, with UCX's
 #    defaults and with its purge on fork off: their spawns and their
 #    doctor).  A VM is killed by tests/vm_watchdog.sh when its console has
-#    been silent while qemu got 120 s of CPU (progress, not a total, tells
-#    a hang from slowness).
+#    been silent while qemu got 300 s of CPU (progress, not a total, tells
+#    a hang from slowness; tests/realdevice/rxe_vm.sh says why 300).
 # 3. On the host: tests/realdevice/test_matrix.py on both kernels' results,
 #    which also checks docs/rdma-core-matrix.md against this run (the run's
 #    own table is kept as $CI_WORK/rdma-core-matrix.md).

@@ -15,12 +15,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from needs import require
 from record import record
+from streamed import run_streamed
 from verbs import have_device
 
 HERE = Path(__file__).resolve().parent
@@ -38,29 +38,29 @@ require(importlib.util.find_spec("torch") is not None,
         f"torch is not installed for {sys.executable}", *_VARIABLES)
 
 
-def _run(prefix: list[str]) -> dict:
-    r = subprocess.run([*prefix, sys.executable, LOADER], env=MARKING, capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
+def _run(prefix: list[str], label: str, say) -> dict:
+    returncode, stdout, stderr = run_streamed([*prefix, sys.executable, LOADER], MARKING, say,
+                                              "STEP ", label)
+    assert returncode == 0, (returncode, stdout[-2000:], stderr[-4000:])
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
-def test_the_control_does_not_finish():
+def test_the_control_does_not_finish(progress):
     """Without rdmaspawn the workers fork with the arena's page marked: the
     DataLoader reports their death (recorded as it comes)."""
-    r = _run([])
+    r = _run([], "control", progress)
     record("torch-control", r)
     assert r["dc"] is True and r["repair"] is False, r
     assert r["outcome"] != "ok", r
 
 
-def test_under_rdmaspawn_run_the_fork_workers_finish():
+def test_under_rdmaspawn_run_the_fork_workers_finish(progress):
     """`rdmaspawn run`: the repair is in force from start-up (the kernel reports
     copy-on-fork), multiprocessing stays on fork, and the loader finishes."""
     from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
 
     copies, how = rdma_netlink_copy_on_fork()
     assert copies, f"this VM's kernel should report copy-on-fork: {how}"
-    r = _run([sys.executable, "-m", "rdmaspawn", "run", "--"])
+    r = _run([sys.executable, "-m", "rdmaspawn", "run", "--"], "rdmaspawn run", progress)
     record("torch-rdmaspawn-run", r)
     assert (r["dc"], r["repair"], r["start_method"], r["outcome"]) == (True, True, "fork", "ok"), r

@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import threading
 from pathlib import Path
 
-import pytest
 from mpistack import require_mpi_stack
 from record import record
+from streamed import run_streamed
 
 HERE = Path(__file__).resolve().parent
 RANK = str(HERE / "ucx_rank.py")
@@ -65,18 +62,6 @@ CONTROL_LIMIT = 30
 require_mpi_stack()
 
 
-@pytest.fixture
-def progress(capsys):
-    """A printer past pytest's capture, onto the VM's console.  The lane's
-    watchdog calls a VM hung when its console has printed nothing while it
-    got 120 s of CPU; beside a loaded CI one mpirun of the control and
-    rdmaspawn's ways took more than that (the watchdog killed the VM)."""
-    def say(line: str) -> None:
-        with capsys.disabled():
-            print(line, flush=True)
-    return say
-
-
 def _mpirun(steps: str, purge: str, say, prefix: tuple[str, ...] = (),
             limit: int | None = None) -> list[dict]:
     """The ranks' reports; each way's outcome goes to ``say`` as it ends."""
@@ -84,25 +69,8 @@ def _mpirun(steps: str, purge: str, say, prefix: tuple[str, ...] = (),
     names = sorted({*UCX, *PURGE[purge]})
     exports = [a for n in names for a in ("-x", n)]
     bound = [] if limit is None else [str(limit)]
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([*prefix, *MPIRUN, *exports, sys.executable, RANK, steps, *bound],
-                                env=e, stdout=subprocess.PIPE, stderr=err, text=True)
-        timer = threading.Timer(900, proc.kill)  # a bound on a hang, as the rank bounds ways
-        timer.start()
-        out = []
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                out.append(line)
-                if line.startswith("WAY "):
-                    say(f"  {purge}: {line.rstrip()}")
-            returncode = proc.wait()
-        finally:
-            timer.cancel()
-            proc.stdout.close()
-        err.seek(0)
-        stderr = err.read()
-    stdout = "".join(out)
+    returncode, stdout, stderr = run_streamed(
+        [*prefix, *MPIRUN, *exports, sys.executable, RANK, steps, *bound], e, say, "WAY ", purge)
     lines = [x for x in stdout.splitlines() if x.startswith("RANKS ")]
     assert returncode == 0 and lines, (returncode, stdout[-3000:], stderr[-3000:])
     ranks: list[dict] = json.loads(lines[-1][len("RANKS "):])

@@ -8,7 +8,10 @@ page holds the thread arena's header: verbs.py's ``malloc``), then iterates a
 DataLoader with two workers over a Dataset whose items allocate. Prints one
 JSON line: whether the page was marked, multiprocessing's start method,
 whether rdmaspawn's fork repair is in force, and the outcome ("ok", or the
-error the DataLoader raised when its workers died).
+error the DataLoader raised when its workers died).  Before it, a "STEP"
+line as each step ends (the test shows them on the VM's console: the lane's
+watchdog takes a silent console for a hang, and importing torch alone took
+the TCG guest 64-74 s of CPU).
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from rdmaspawn._host.procfs import is_dontfork  # noqa: E402
 from rdmaspawn._native.forkrepair import repair_state  # noqa: E402
 
 
+def step(what: str) -> None:
+    print(f"STEP {what}", flush=True)
+
+
 class Squares(Dataset):
     def __len__(self) -> int:
         return 16
@@ -38,13 +45,19 @@ class Squares(Dataset):
 
 
 def main() -> int:
+    step("torch imported")
     address = verbs.Device().register_kind("malloc")
+    step("registered on the device")
     report = {"dc": is_dontfork(address),
               "start_method": multiprocessing.get_start_method(),
               "repair": repair_state().active}
     try:
         loader = DataLoader(Squares(), batch_size=4, num_workers=2)
-        got = sorted(int(x) for batch in loader for x in batch)
+        got = []
+        for batch in loader:
+            got.extend(int(x) for x in batch)
+            step(f"a batch of {len(batch)}")
+        got.sort()
         report["outcome"] = "ok" if got == [i * i for i in range(16)] else f"bad answer {got}"
     except Exception as e:  # the outcome to record, whatever it is
         report["outcome"] = f"{type(e).__name__}: {e}"
