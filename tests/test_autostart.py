@@ -289,12 +289,12 @@ def test_on_leaves_the_heavy_modules_unimported() -> None:
 #: ctypes, nor cffi's backend (the C core): each would cost more than the
 #: whole hook (python -m rdmaspawn.bench.startup; issue 29 item 4).
 LIGHT_EXTRA = {"_socket", "_functools", "errno", "mmap"}
-#: rdmaspawn's modules that start-up loads: no drop-in, no engine, no doctor.
+#: rdmaspawn's modules that start-up loads: no drop-in, no engine, no doctor,
+#: no guard (its stand-ins at os.fork load it at the first fork).
 LIGHT_OWN = {"rdmaspawn", "rdmaspawn._startup", "rdmaspawn._startup.autostart",
              "rdmaspawn._startup.onimport", "rdmaspawn._startup.sourcetree",
              "rdmaspawn._startup.standin", "rdmaspawn._startup.switch",
              "rdmaspawn._startup.repairgate", "rdmaspawn._host", "rdmaspawn._host.rdmanetlink",
-             "rdmaspawn.tools", "rdmaspawn.tools.guard",
              "rdmaspawn._startup.markers"}
 
 
@@ -309,12 +309,12 @@ def test_on_loads_almost_nothing_at_start_up(program: str) -> None:
     assert bare.returncode == on.returncode == 0, (bare.stderr, on.stderr)
     added = set(json.loads(on.stdout)) - set(json.loads(bare.stdout))
     assert added - LIGHT_OWN - LIGHT_EXTRA == set()
-    assert "rdmaspawn.tools.guard" in added  # the wrappers of os.fork are in place
+    assert "rdmaspawn.tools.guard" not in added  # stand-ins wait at os.fork for it
 
 
 def test_on_loads_the_engine_at_the_first_spawn_and_every_route_gets_it() -> None:
-    """``on`` costs an interpreter that never spawns only the guard of
-    os.fork: the program's first import of subprocess (or of
+    """``on`` costs an interpreter that never spawns nor forks only
+    stand-ins: the program's first import of subprocess (or of
     _posixsubprocess, or one of rdmaspawn's modules that import it) puts
     stand-ins where the patch goes, so that no stock fork_exec is left; the
     patch and the engine load with the first spawn (or os.spawn*), and each
@@ -323,7 +323,7 @@ def test_on_loads_the_engine_at_the_first_spawn_and_every_route_gets_it() -> Non
         import json, os, sys
         out = {"at_start": [m for m in ("subprocess", "rdmaspawn._native.engine",
                                         "rdmaspawn.dropin.patch") if m in sys.modules],
-               "fork_guarded": getattr(os.fork, "__rdmaspawn_guard__", False)}
+               "fork_standin": getattr(os.fork, "__rdmaspawn_standin__", False)}
         how = sys.argv[1]
         if how == "spawnv":
             out["status"] = os.spawnv(os.P_WAIT, "/bin/true", ["true"])
@@ -347,6 +347,7 @@ def test_on_loads_the_engine_at_the_first_spawn_and_every_route_gets_it() -> Non
         home, attr = cpython.require().home
         fork_exec = getattr(sys.modules[home], attr)
         out.update(patched=rdmaspawn.is_patched(), spawns=engine.spawn_count(),
+                   fork_guarded=getattr(os.fork, "__rdmaspawn_guard__", False),
                    exec_guarded=getattr(fork_exec, "__rdmaspawn_guard__", False),
                    engine_below=getattr(fork_exec.__wrapped__, "__rdmaspawn__", False))
         print(json.dumps(out))
@@ -356,11 +357,12 @@ def test_on_loads_the_engine_at_the_first_spawn_and_every_route_gets_it() -> Non
         r = python("-c", code, how, value="on")
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
-        assert out["at_start"] == [] and out["fork_guarded"], (how, out)
+        assert out["at_start"] == [] and out["fork_standin"], (how, out)
         # Before the first spawn: every name is a stand-in, nothing stock.
         assert out["stock"] == [] and out["patch_loaded"] == (how == "spawnv"), (how, out)
-        assert (out["patched"], out["exec_guarded"], out["engine_below"]) == (True, True, True), \
-            (how, out)
+        # The first spawn put the guard in force, os.fork's wrappers with it.
+        assert (out["patched"], out["exec_guarded"], out["engine_below"],
+                out["fork_guarded"]) == (True, True, True, True), (how, out)
         assert out["spawns"] == spawns and out.get("status", 0) == out["run"] == 0, (how, out)
 
 

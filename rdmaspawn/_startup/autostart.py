@@ -7,11 +7,11 @@ with it set, the line imports this module and calls :func:`start`, and turns
 any import failure (a broken install) into one line on stderr.
 
 Every interpreter of a job pays for what runs here, so it loads almost
-nothing: the guard's wrappers of ``os.fork``/``os.forkpty`` (their machinery
-loads at the first fork), stand-ins that ``import subprocess`` puts in
-place of the patch and the guard of fork_exec (``standin``: the real ones load
-at the first spawn), the fork repair's question to the kernel, and hooks
-on multiprocessing's import. No child starts before the patch and the
+nothing: stand-ins for the guard's wrappers of ``os.fork``/``os.forkpty``
+(``standin``: the guard loads at the first fork), stand-ins that ``import
+subprocess`` puts in place of the patch and the guard of fork_exec (the real
+ones load at the first spawn), the doctor's markers, the fork repair's
+question to the kernel, and hooks on multiprocessing's import. No child starts before the patch and the
 guard are in force. ``python -m rdmaspawn.bench.startup`` measures the cost.
 
 This is an entry point like ``__main__``: it sits above the tools it applies.
@@ -54,9 +54,10 @@ def apply(settings: "Settings") -> list[str]:
         # to the doctor now, not at the first spawn.
         _safely(lambda: _patched_marker(True), "the doctor's marker")
     if settings.guard is not None:
-        from ..tools.guard import guard_forks
-
-        guard_forks(settings.guard)  # fork_exec's part comes with the patch's (_settle)
+        mode = settings.guard
+        # os.fork's part at the first fork; fork_exec's comes with the patch's (_settle).
+        standin.install_forks(lambda placed: _settle_forks(mode, placed))
+        _safely(lambda: _guard_marker(mode), "the doctor's marker")
         # A fork refused in a Pool's worker handler must fail the job, not hang it.
         when_imported("multiprocessing.pool",
                       lambda _: _safely(_pool_handler, "multiprocessing.Pool"))
@@ -110,6 +111,45 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
             _safely(guard_exec, "the guard of fork_exec")
     except Exception as exc:  # a broken install: the spawn goes ahead unpatched, as before
         _say(f"{VARIABLE}: could not load the patch: {type(exc).__name__}: {exc}")
+
+
+def _settle_forks(mode: str, placed: "list[tuple[Any, str, Any, Any]]") -> bool:
+    """What the stand-ins of os.fork stood for, at the first fork (or the
+    first use of ``tools.guard``): each taken out of its place, then
+    ``guard_forks(mode)``. False where the guard cannot be imported now."""
+    try:
+        from ..tools.guard import guard_below, guard_forks
+    except (ImportError, OSError) as exc:
+        if sys.meta_path is None:
+            return False  # at shutdown: no import, a failed look
+        import errno
+
+        if getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            return False  # no descriptor or memory left: a failed look, for now
+        _say(f"{VARIABLE}: could not load the guard: {type(exc).__name__}: {exc}")
+        return True
+    try:
+        for owner, attr, stand, original in placed:
+            if getattr(owner, attr, None) is stand:  # on top still: no need of wrapping's typing
+                setattr(owner, attr, original)
+                standin.took_out(stand)
+                continue
+            from ..dropin import wrapping
+
+            if wrapping.splice_out(owner, attr, stand, original):
+                standin.took_out(stand)
+            else:  # held by a wrapper without __wrapped__ (gevent's): guarded below it too
+                guard_below(stand, attr)
+        guard_forks(mode)
+    except Exception as exc:  # a broken install: forks go ahead unguarded, as before
+        _say(f"{VARIABLE}: could not load the guard: {type(exc).__name__}: {exc}")
+    return True
+
+
+def _guard_marker(mode: str) -> None:
+    from .markers import set_guard
+
+    set_guard(mode)
 
 
 def _patched_marker(on: bool) -> None:

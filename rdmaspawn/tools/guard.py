@@ -53,10 +53,13 @@ and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 Why one module of this length: it has one job, putting the guard's wrappers
 in place and taking them off again (what it wraps, the wrappers, how a
 wrapper comes off a chain, the context manager), and it is the module
-``RDMASPAWN=on`` loads into every interpreter at start-up, where each further
-module is an import every interpreter pays (issue 29). What a wrapper reads
-when a fork comes (/proc, the doctor's rule, the message, whether a
-``fork_exec`` call forks) is :mod:`.forklook`'s, loaded at the first fork.
+``RDMASPAWN=on`` loads into every interpreter that forks, at its first fork
+(start-up puts stand-ins at ``os.fork`` and ``os.forkpty``, see
+``rdmaspawn._startup.standin``; each function here that reads or changes the
+guard's state first lets them give way), where each further module is an
+import that interpreter pays (issue 29). What a wrapper reads when a fork
+comes (/proc, the doctor's rule, the message, whether a ``fork_exec`` call
+forks) is :mod:`.forklook`'s, loaded at the first fork.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -67,6 +70,7 @@ import errno
 import os
 import sys
 
+from .._startup import standin as _standin
 from .._startup.markers import GUARD_WRAPPER as _MARK
 from .._startup.onimport import after_subprocess
 
@@ -77,8 +81,8 @@ if TYPE_CHECKING:
 
     from .._host.procfs import Mapping
 
-# RDMASPAWN's start-up hook imports this module in every interpreter of a
-# job, so it imports nothing the interpreter has not loaded already: the
+# RDMASPAWN loads this module in every interpreter of a job that forks, so
+# it imports nothing that start-up has not loaded already: the
 # rest (/proc, the C core, warnings, subprocess, CPython's table) is imported
 # where it is used, at a fork or a spawn. At interpreter shutdown those
 # imports fail (sys.meta_path is None): the fork then goes ahead unlooked, as
@@ -120,8 +124,9 @@ _active: "set[Callable[..., Any]]" = set()
 _installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
-def _check(what: str) -> None:
-    """Before a fork: refuse it or warn if the process holds DONTFORK memory."""
+def _check(what: str, passed: int = 0) -> None:
+    """Before a fork: refuse it or warn if the process holds DONTFORK memory.
+    ``passed``: stand-ins' frames between the wrapper and its caller."""
     mode = _mode
     if mode is None:
         return
@@ -138,10 +143,10 @@ def _check(what: str) -> None:
         return  # /proc unreadable, or no import at shutdown: never block on a failed look
     if maps:
         # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
-        _hazard(mode, msg, maps, stacklevel=5)
+        _hazard(mode, msg, maps, stacklevel=5 + passed)
 
 
-def _after_fork(what: str, pid: int, left_out: int) -> None:
+def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
     """The child of a fork is held and lacks ``left_out`` pages (-1: unknown): refuse or warn.
 
     Called by held_fork (csrc/python/heldfork.c) only where the parent's and
@@ -159,15 +164,16 @@ def _after_fork(what: str, pid: int, left_out: int) -> None:
     except (OSError, ImportError):
         return  # /proc (or a module) unreadable, or no import at shutdown: never block a fork
     if maps:
-        # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller.
-        _hazard(mode, msg, maps, stacklevel=4)
+        # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller
+        # (and the stand-ins' frames passed between).
+        _hazard(mode, msg, maps, stacklevel=4 + passed)
 
 
-def _unheld(what: str) -> None:
+def _unheld(what: str, passed: int) -> None:
     """held_fork cannot hold the child (no descriptor for its pipe): look before the fork."""
     # Called from C, as _after_fork is: one frame more than the wrapper's own
     # _check(), which keeps the warning on the caller's line.
-    _check(what)
+    _check(what, passed)
 
 
 def _hazard(mode: str, msg: str, maps: "Sequence[Mapping]", stacklevel: int) -> None:
@@ -216,6 +222,10 @@ def _wraps(wrapper: "Any", original: "Any") -> None:
 def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
     def guarded_fork(*args: "Any", **kwargs: "Any") -> "Any":
         caller = sys._getframe(1)
+        passed = 0  # start-up's stand-ins of os.fork that passed the call on
+        while caller.f_code is _standin.STANDIN_CODE and caller.f_back is not None:
+            caller = caller.f_back
+            passed += 1
         inner = guarded_fork.__wrapped__  # type: ignore[attr-defined]
 
         def fork() -> "Any":
@@ -230,10 +240,10 @@ def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]
             return fork()
         held = _held_fork()
         if held is None:
-            _check(what)
+            _check(what, passed)
             return fork()
-        return held(fork, _functools.partial(_after_fork, what),
-                    _functools.partial(_unheld, what))
+        return held(fork, _functools.partial(_after_fork, what, passed),
+                    _functools.partial(_unheld, what, passed))
 
     _wraps(guarded_fork, original)
     setattr(guarded_fork, _MARK, True)
@@ -341,18 +351,32 @@ def guard(action: str = "warn") -> None:
 
 
 def guard_forks(action: str) -> None:
-    """The part of :func:`guard` for ``os.fork``/``os.forkpty`` alone: all
-    that RDMASPAWN's start-up does at once (the rest comes with the first
-    spawn, see ``rdmaspawn._startup.standin``, and multiprocessing.pool's
-    import)."""
+    """The part of :func:`guard` for ``os.fork``/``os.forkpty`` alone: what
+    RDMASPAWN's stand-ins of os.fork run at the first fork (the rest comes
+    with the first spawn, see ``rdmaspawn._startup.standin``, and
+    multiprocessing.pool's import)."""
     global _mode
     if action not in ("warn", "raise"):
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
+    _standin.give_way_forks()
     with _lock:
         _install(_FORKS)
         if _mode != action:
             _marker(action)
         _mode = action
+
+
+def guard_below(standin: "Any", attr: str) -> None:
+    """Guard the calls of RDMASPAWN's stand-in of ``os.<attr>`` that someone
+    else's wrapper holds without ``__wrapped__`` (start-up could not take it
+    out): our wrapper goes under it, where it looks each call up.  It acts
+    while the guard is on, as the attribute's does; unguard() leaves it there
+    as a pass-through, as it leaves ours in such a chain."""
+    what = next(w for _, name, _, w in _FORKS if name == attr)
+    with _lock:
+        wrapper = _wrap_fork(standin.__wrapped__, what)
+        standin.__wrapped__ = wrapper
+        _active.add(wrapper)
 
 
 def guard_exec() -> None:
@@ -371,6 +395,7 @@ def _marker(action: "str | None") -> None:
 
 
 def _guard_exec(_: "Any") -> None:
+    _standin.give_way_forks()  # _mode is RDMASPAWN's from here, if it is on
     with _lock:
         if _mode is not None:  # not unguard()ed before subprocess came
             _install(_exec_targets())
@@ -402,6 +427,7 @@ def unguard() -> None:
     global _mode
     from ..dropin import wrapping as _wrapping
 
+    _standin.give_way_forks()
     with _lock:
         if _mode is not None:
             _marker(None)
@@ -417,6 +443,7 @@ def unguard() -> None:
 
 def is_guarded() -> "str | None":
     """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
+    _standin.give_way_forks()
     return _mode
 
 
@@ -431,6 +458,7 @@ class guarded:  # noqa: N801  # a function's name: it was a generator-based one
         self._previous: "str | None" = None  # noqa: UP037
 
     def __enter__(self) -> None:
+        _standin.give_way_forks()
         with _lock:
             self._previous = _mode
         guard(self._action)

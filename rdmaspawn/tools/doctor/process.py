@@ -94,6 +94,16 @@ def _clone_path() -> tuple[str | None, str]:
         return None, f"cannot ask the engine ({type(e).__name__}: {e})"
 
 
+def _guard_mode() -> str | None:
+    """The guard's mode: looked at only where something imported it, or
+    where RDMASPAWN's stand-ins wait to load it (not imported, not on)."""
+    standin = sys.modules.get("rdmaspawn._startup.standin")
+    if standin is not None and standin.forks_pending():
+        import rdmaspawn.tools.guard  # noqa: F401  # what the first fork would load
+    guard_mod = sys.modules.get("rdmaspawn.tools.guard")
+    return guard_mod.is_guarded() if guard_mod is not None else None
+
+
 def _self_facts() -> dict[str, Any]:
     facts = _engine_facts()
     try:
@@ -102,9 +112,7 @@ def _self_facts() -> dict[str, Any]:
         facts["patched"] = bool(_patch.is_patched())
     except Exception:
         facts["patched"] = None
-    # Only look at the guard if something imported it: not imported, not on.
-    guard_mod = sys.modules.get("rdmaspawn.tools.guard")
-    facts["guarded"] = guard_mod.is_guarded() if guard_mod is not None else None
+    facts["guarded"] = _guard_mode()
     import multiprocessing
 
     facts["mp_start_method"] = multiprocessing.get_start_method(allow_none=True)
