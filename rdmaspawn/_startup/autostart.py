@@ -11,8 +11,9 @@ nothing: stand-ins for the guard's wrappers of ``os.fork``/``os.forkpty``
 (``standin``: the guard loads at the first fork), stand-ins that ``import
 subprocess`` puts in place of the patch and the guard of fork_exec (the real
 ones load at the first spawn), the doctor's markers, the fork repair's
-question to the kernel, and hooks on multiprocessing's import. No child starts before the patch and the
-guard are in force. ``python -m rdmaspawn.bench.startup`` measures the cost.
+question to the kernel, and hooks on multiprocessing's import. No child
+starts before the patch and the guard are in force. ``python -m
+rdmaspawn.bench.startup`` measures the cost.
 
 This is an entry point like ``__main__``: it sits above the tools it applies.
 site.py runs ``.pth`` files before ``sitecustomize`` and ``PYTHONSTARTUP``, so

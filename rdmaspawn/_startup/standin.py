@@ -177,8 +177,9 @@ def give_way_forks() -> None:
     wait for its end.  ``tools.guard`` calls it before it reads or changes its
     state, so that it answers as if loaded at start-up; the thread running the
     settle comes back here from there and returns at once.  The settle
-    imports; no import takes this lock, so the order is always an import's
-    lock, then this one."""
+    imports the guard (and dropin.wrapping, where a wrapper holds a
+    stand-in) under this lock: neither takes it nor imports subprocess,
+    whose import does (``_place_at_subprocess``) and then waits here."""
     global _fork_settle, _forks_done
     if _forks_done:
         return
