@@ -366,6 +366,54 @@ def test_on_loads_the_engine_at_the_first_spawn_and_every_route_gets_it() -> Non
         assert out["spawns"] == spawns and out.get("status", 0) == out["run"] == 0, (how, out)
 
 
+_IMPORT_DURING_THE_FIRST_SPAWN = textwrap.dedent("""\
+    import importlib.abc, importlib.util, json, sys, threading, time
+    started = threading.Event()
+
+    class SlowPatchImport(importlib.abc.MetaPathFinder):
+        # dropin.patch's import held a second once begun (its module lock taken).
+        def find_spec(self, name, path, target=None):
+            if name != "rdmaspawn.dropin.patch":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run = spec.loader.exec_module
+            def exec_module(module):
+                started.set()
+                time.sleep(1.0)  # the other thread's first spawn comes now
+                run(module)
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, SlowPatchImport())
+    import subprocess  # the stand-ins are placed
+    def importer():
+        import rdmaspawn.dropin.patch
+    t = threading.Thread(target=importer)
+    t.start()
+    started.wait()
+    rc = subprocess.run(["true"]).returncode  # the first spawn: the stand-ins give way
+    t.join()
+    import rdmaspawn
+    print(json.dumps({"rc": rc, "patched": rdmaspawn.is_patched()}))
+""")
+
+
+@pytest.mark.parametrize("value", ["patch", "on"])
+def test_an_import_of_the_patch_during_the_first_spawn_is_no_deadlock(value: str) -> None:
+    """Thread B imports rdmaspawn.dropin.patch while thread A's first spawn
+    settles the stand-ins, which imports that module too. The module's end
+    used to settle them as well: B waited there for A's lock, A for B's
+    import, for ever (20 s of 20 here, before the fix)."""
+    try:
+        r = subprocess.run([sys.executable, "-c", _IMPORT_DURING_THE_FIRST_SPAWN],
+                           env=env_with(value), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("no answer in 60 s: the import and the first spawn wait for each other")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"rc": 0, "patched": True}
+
+
 def test_no_thread_sees_subprocess_before_the_patch() -> None:
     """Issue 27 item 8: thread A's first ``rdmaspawn.Popen`` loads the drop-in,
     which imports subprocess; thread B, importing subprocess the moment it

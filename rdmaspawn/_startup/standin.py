@@ -11,8 +11,8 @@ last one at start-up: ``os.spawn*`` need no subprocess). It does so inside
 subprocess's own import (``onimport``'s ``at_once``), so no thread ever sees
 subprocess without them.
 
-The first call of any stand-in, or the first import of ``dropin.patch``
-(``is_patched()``, ``patch()``: see :func:`give_way`), runs what the start-up
+The first call of any stand-in, or of ``dropin.patch``'s ``is_patched()``,
+``patch()`` or ``unpatch()`` (see :func:`give_way`), runs what the start-up
 hook deferred (``patch()``, the guard's wrappers of fork_exec) under one lock,
 after taking every stand-in out of its place; the call then goes on to what
 is there now. No child starts before that: a stand-in is the only way past
@@ -130,8 +130,11 @@ def took_out(standin: "Any") -> None:
 def give_way() -> None:
     """Run what the stand-ins stand for, once; other threads wait for its end.
 
-    The thread that runs it may come back here (the settle imports
-    ``dropin.patch``, which calls this): it returns at once."""
+    The thread that runs it may come back here (the settle calls
+    ``dropin.patch``'s ``patch()``, which calls this): it returns at once.
+    No import calls this (dropin.patch's did, at its end: an import of it in
+    one thread then waited here for the settle of another, which waited for
+    that import)."""
     global _settle, _done
     if _done:
         return

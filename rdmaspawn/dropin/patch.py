@@ -61,6 +61,7 @@ def patch(start_method: str | None = None) -> None:
     undone by :func:`unpatch`.
     """
     global _applied
+    _standin.give_way()  # RDMASPAWN's stand-ins first: see is_patched()
     with _lock:
         if start_method is not None:
             preference = _startmethod.prefer_start_method(start_method)
@@ -95,6 +96,7 @@ def unpatch() -> None:
     """Undo :func:`patch` (and the start method it set, nothing else);
     harmless when not patched."""
     global _applied
+    _standin.give_way()
     with _lock:
         while _preferences:
             _startmethod.undo_preference(_preferences.pop())
@@ -114,6 +116,13 @@ def unpatch() -> None:
 
 def is_patched() -> bool:
     """Whether :func:`patch` is in force."""
+    # Where RDMASPAWN's start-up put stand-ins for patch(), they take their
+    # place first, so that the answer is as if it had patched at start-up.
+    # Here, not at this module's import: a first spawn in another thread
+    # settles under the stand-ins' lock and imports this module, and an
+    # import of it under way here would wait for that lock while the other
+    # thread waits for the import (a deadlock, tests/test_autostart.py).
+    _standin.give_way()
     return _applied is not None
 
 
@@ -145,7 +154,3 @@ def get_context(method: str = "forkserver") -> Any:
     patch()
     return multiprocessing.get_context(method)
 
-
-# Where RDMASPAWN's start-up put stand-ins for patch(), it takes their place
-# now, with this module's first import (is_patched() says the truth at once).
-_standin.give_way()
