@@ -57,10 +57,8 @@ _placed: "list[tuple[Any, str, Any, Any]]" = []
 # their attribute as it is now (the rest, to what they replaced).
 _gone: "set[Any]" = set()
 _with_patch = False
-# Nothing to settle: never asked for, or the settle has run (another
-# thread's stand-in waits on _lock until then).  is_patched() and patch()
-# ask each call: without RDMASPAWN they return here, with no lock taken.
-_done = True
+# The settle has run (another thread's stand-in waits on _lock until then).
+_done = False
 # The guard's: what the stand-ins of os.fork/os.forkpty wait for, and their places.
 _fork_settle: "Callable[[list[tuple[Any, str, Any, Any]]], bool] | None" = None
 _fork_placed: "list[tuple[Any, str, Any, Any]]" = []
@@ -116,9 +114,9 @@ def _place_at_subprocess(subprocess: "ModuleType") -> None:
 def install(settle: "Callable[[list[tuple[Any, str, Any, Any]]], None]", patch: bool) -> None:
     """Put stand-ins in place (``Popen._posix_spawn`` and ``os._spawnvef`` too
     with ``patch``) and run ``settle(placed)`` at the first use of one."""
-    global _settle, _with_patch, _done
+    global _settle, _with_patch
     with _lock:
-        _settle, _with_patch, _done = settle, patch, False
+        _settle, _with_patch = settle, patch
         if patch and hasattr(os, "_spawnvef"):
             _place(os, "_spawnvef")
     after_subprocess(_place_at_subprocess, at_once=True)
