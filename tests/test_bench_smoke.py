@@ -279,7 +279,8 @@ def test_readme_without_markers_is_refused_untouched(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["README.md"]  # no output folder either
 
 
-@pytest.mark.parametrize("schema", ["rdmaspawn-bench/1", "rdmaspawn-bench/2"])
+@pytest.mark.parametrize("schema", ["rdmaspawn-bench/1", "rdmaspawn-bench/2",
+                                    "rdmaspawn-bench/3"])
 def test_an_older_record_is_rendered_with_this_versions_targets(
     run: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path, schema: str,
 ) -> None:
@@ -306,6 +307,40 @@ def test_an_older_record_is_rendered_with_this_versions_targets(
         for fig in config["spawners"].values():
             assert fig.pop("batch_cpu_per_spawn_us") == []
     assert upgraded["results"] == report["results"]
+
+
+@pytest.mark.parametrize("spawner_grows, floor_grows, figure, met", [
+    (1.2, 1.2, 1.0, True),  # the machine slowed down between the sizes: no growth
+    (1.2, 1.0, 1.2, False),  # rdmaspawn.Popen alone grew with the resident memory
+    (1.0, 0.8, 1.25, False),  # the machine sped up and hid it: growth after all
+])
+def test_flat_is_measured_against_the_floor_beside_it(
+    run: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path,
+    spawner_grows: float, floor_grows: float, figure: float, met: bool,
+) -> None:
+    """The "flat" target compares two sizes measured minutes apart: the real run's
+    0 GiB configurations, copied as a second size with rdmaspawn.Popen's and the
+    floor's medians scaled, read back as a record to recompute. The figure is
+    rdmaspawn.Popen over the floor beside it, at one size over the other."""
+    _, out = run
+    report = load(out / "spawn_latency.json")
+    report["schema"] = "rdmaspawn-bench/3"  # recompute the targets
+    big = 16.0
+    for config in [c for c in report["results"] if c["mem_gib"] == 0]:
+        copy = json.loads(json.dumps(config))
+        copy["mem_gib"] = big
+        copy["spawners"]["rdmaspawn"]["median_us"] *= spawner_grows
+        copy["spawners"]["floor"]["median_us"] *= floor_grows
+        report["results"].append(copy)
+    report["settings"]["mem_gib_measured"] = [0, big]
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(report))
+    r = bench("--from-json", str(old), "--json", str(new))
+    assert r.returncode == 0, r.stdout + r.stderr
+    flat = next(t for t in load(new)["targets"] if t["name"] == "flat (rdmaspawn.Popen)")
+    assert flat["figure"] == pytest.approx(figure) and flat["met"] is met, flat
+    assert f"plain medians' ratio {spawner_grows:.2f}" in flat["note"], flat
+    assert f"the floor's own {floor_grows:.2f}" in flat["note"], flat
 
 
 def test_the_docs_block_is_the_rendering_of_the_docs_record(tmp_path: Path) -> None:
