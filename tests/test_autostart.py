@@ -471,3 +471,32 @@ def test_on_maps_its_markers_at_start_up_and_holds_no_descriptor_after_the_first
     assert out["before"]["maps"] == out["after"]["maps"] == names, out
     assert out["after"]["fds"] == 0, out
     assert out["before"]["fds"] == (0 if sys.version_info >= (3, 13) else 2), out
+
+
+_DAEMON = r"""
+import json, os, subprocess, sys
+os.closerange(3, 4096)  # as a daemon does: every descriptor it did not open
+files = [open(path, "rb") for path in ("/etc/passwd", "/etc/hostname", "/etc/passwd")]
+numbers = [f.fileno() for f in files]
+ran = subprocess.run([sys.executable, "-c", "pass"]).returncode
+import rdmaspawn
+rdmaspawn.unpatch()  # the patched marker's page goes: a second close of the mmap
+rdmaspawn.unguard()
+read = [len(os.read(f.fileno(), 1)) for f in files]
+print(json.dumps({"numbers": numbers, "ran": ran, "read": read}))
+"""
+
+
+def test_a_program_that_closes_every_descriptor_keeps_the_ones_it_opens_after() -> None:
+    """Before 3.13 the markers' mmaps keep a descriptor each from start-up on. A
+    program that closes every descriptor above 2 and opens files of its own,
+    which take those numbers, must keep them: the first spawn (the markers
+    move to the C core), unpatch() and unguard() close no descriptor of the
+    program's (before, the first spawn closed one, and its own error pipe's
+    close then failed with EBADF), and nothing is said at exit."""
+    r = python("-c", _DAEMON, value="on")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    out = json.loads(r.stdout)
+    assert out["ran"] == 0 and out["read"] == [1, 1, 1], out
+    assert out["numbers"] == [3, 4, 5], out  # the lowest: the markers' numbers among them

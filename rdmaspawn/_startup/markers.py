@@ -48,9 +48,21 @@ GUARD_WRAPPER = "__rdmaspawn_guard__"
 # (close-on-exec), so there it is used only while the C core is not loaded,
 # and its markers move to the C core, closing that descriptor, the first
 # time a marker is set with the core loaded (patch()'s, at the first spawn).
+#
+# That kept descriptor is the program's to close: a daemon closes every
+# descriptor above 2 and opens its own, which may take the same number.
+# Closing the mmap then would close the program's file (or a spawn's
+# error pipe), so before 3.13 each marker remembers which file its mmap's
+# descriptor is, and an mmap whose descriptor is now another file is kept,
+# not closed: its page stays mapped (the doctor may see a state that has
+# ended), and the program's descriptor stays the program's until the
+# interpreter's end frees the mmap with everything else.
 _C = "rdmaspawn._rdmaspawn_cffi"
 _TRACKFD = sys.version_info >= (3, 13)
-_held: "dict[str, tuple[str, object]]" = {}  # slot -> (name, the mmap holding its page)
+#: slot -> (name, the mmap holding its page, (its descriptor, (st_dev, st_ino)) before 3.13)
+_held: "dict[str, tuple[str, object, tuple[int, tuple[int, int]] | None]]" = {}
+#: The mmaps whose descriptor the program took over: never closed (see above).
+_kept: "list[object]" = []
 
 
 def _set(slot_name: str, name: "str | None") -> None:
@@ -59,7 +71,7 @@ def _set(slot_name: str, name: "str | None") -> None:
     if _TRACKFD or _C not in sys.modules:
         _set_mapped(slot_name, name)
         return
-    for slot, (held, _) in list(_held.items()):  # to the core: no descriptor kept
+    for slot, (held, _, _) in list(_held.items()):  # to the core: no descriptor kept
         if slot != slot_name:
             _set_in_core(slot, held)
         _set_mapped(slot, None)
@@ -76,6 +88,7 @@ def _set_mapped(slot_name: str, name: "str | None") -> None:
     import mmap
 
     fresh = None
+    kept_fd = None
     if name is not None:
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
@@ -84,14 +97,62 @@ def _set_mapped(slot_name: str, name: "str | None") -> None:
                 fresh = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ,
                                   trackfd=False)  # type: ignore[call-arg,unused-ignore]
             else:
+                # mmap dup()s fd to the lowest free number: this one, unless
+                # another thread takes it in between (then _dup_of looks).
+                probe = os.dup(fd)
+                os.close(probe)
                 fresh = mmap.mmap(fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+                kept_fd = _dup_of(fd, probe)
         finally:
             os.close(fd)
     old = _held.pop(slot_name, None)  # dict operations: atomic under the GIL
     if fresh is not None and name is not None:
-        _held[slot_name] = (name, fresh)
+        _held[slot_name] = (name, fresh, kept_fd)
     if old is not None:
-        old[1].close()  # type: ignore[attr-defined]
+        if _still_ours(old[2]):
+            old[1].close()  # type: ignore[attr-defined]
+        else:
+            _kept.append(old[1])
+
+
+def _identity(fd: int) -> "tuple[int, int]":
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _dup_of(fd: int, likely: int) -> "tuple[int, tuple[int, int]] | None":
+    """The descriptor mmap dup()ed from ``fd`` (the only other one of its
+    memfd, made a moment ago), with the file's identity; None if not found."""
+    me = _identity(fd)
+    try:
+        if likely != fd and _identity(likely) == me:
+            return likely, me
+    except OSError:
+        pass
+    for entry in os.listdir("/proc/self/fd"):
+        other = int(entry)
+        if other == fd:
+            continue
+        try:
+            if _identity(other) == me:
+                return other, me
+        except OSError:
+            continue  # listdir's own descriptor, closed by now
+    return None
+
+
+def _still_ours(kept_fd: "tuple[int, tuple[int, int]] | None") -> bool:
+    """Whether closing the mmap closes only what it holds: 3.13+'s keeps no
+    descriptor; an older one's must still be the marker's memfd."""
+    if _TRACKFD:
+        return True
+    if kept_fd is None:
+        return False  # never found: closing might close anything
+    fd, identity = kept_fd
+    try:
+        return _identity(fd) == identity
+    except OSError:
+        return False  # closed by the program: the mmap would close a free number, or a new one
 
 
 def set_patched(on: bool) -> None:
