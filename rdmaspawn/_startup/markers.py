@@ -61,7 +61,7 @@ _C = "rdmaspawn._rdmaspawn_cffi"
 _TRACKFD = sys.version_info >= (3, 13)
 #: slot -> (name, the mmap holding its page, (its descriptor, (st_dev, st_ino)) before 3.13)
 _held: "dict[str, tuple[str, object, tuple[int, tuple[int, int]] | None]]" = {}
-#: The mmaps whose descriptor the program took over: never closed (see above).
+#: The mmaps whose descriptor the program took over: not closed here (see above).
 _kept: "list[object]" = []
 
 
@@ -129,7 +129,11 @@ def _dup_of(fd: int, likely: int) -> "tuple[int, tuple[int, int]] | None":
             return likely, me
     except OSError:
         pass
-    for entry in os.listdir("/proc/self/fd"):
+    try:
+        entries = os.listdir("/proc/self/fd")
+    except OSError:
+        return None  # no /proc (a chroot): kept, never closed
+    for entry in entries:
         other = int(entry)
         if other == fd:
             continue
