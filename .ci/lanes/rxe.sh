@@ -13,13 +13,13 @@
 # 2. Three VMs at once (tests/realdevice/rxe_vm.sh), the host's / read-only
 #    over 9p, rxe0 over a dummy netdev in each (the list, and what each
 #    runs: VMS and job() below).  Linux 6.1 (reports copy-on-fork) runs
-#    the matrix of the four libibverbs (matrix.sh) beside test_torch_rxe.py
-#    on CPython 3.11 with torch (a DataLoader's fork workers after a real
-#    registration).  Linux 5.10 (predates it) runs test_rxe.py on CPython
-#    3.9 with malloc's registration alone (RDMASPAWN_RXE_KINDS) beside the
+#    tests/realdevice/test_rxe.py on CPython 3.13 beside the matrix of the
+#    four libibverbs (matrix.sh), then test_torch_rxe.py on CPython 3.11
+#    with torch (a DataLoader's fork workers after a real registration).
+#    Linux 5.10 (predates it) runs test_rxe.py on CPython 3.9 beside the
 #    matrix, then test_repair_integrity_rxe.py (the repair's refusal there).
-#    test_rxe.py on a kernel that copies at fork is the arm64 lane's: its
-#    soft-RoCE boot (Linux 6.12) holds all three kinds.
+#    Both hold malloc's registration alone (RDMASPAWN_RXE_KINDS); the arm64
+#    lane's soft-RoCE boot holds all three kinds.
 #    A second 6.1 VM runs, on Debian's /usr/bin/python3 in a venv that sees
 #    python3-pyverbs, test_pyverbs_rxe.py (registrations made by rdma-core's
 #    own bindings), test_repair_integrity_rxe.py (the fork repair's data
@@ -159,7 +159,7 @@ cp "$repo/tests/vm_watchdog.sh" "$work/tests/"  # rxe_vm.sh sources it from ../
 
 # The VMs: NAME:SUITE, one job directory each (read-write in it); binds:
 # what the VM sees of the host.  Three at once, not two: the 6.1 tests
-# (then test_rxe.py and the matrix, then the DataLoader) and the 6.1 stack
+# (test_rxe.py and the matrix, then the DataLoader) and the 6.1 stack
 # (pyverbs, the repair's data, Open MPI + UCX) each took 7-9 minutes of a
 # loaded CI in one VM, so the lane waited for the 6.1 VM alone for about 8
 # minutes after the 5.10 one had finished; a boot costs under a minute.
@@ -179,11 +179,11 @@ $* RDMASPAWN_RXE_OUT="$work/vm-$vm/out" "$work/venv-$venv/bin/python" -m pytest 
   tee "$work/vm-$vm/$log" || rc=1
 JOB
 }
-# job VM: the VM's job.  6.1 and 5.10: the matrix of the four libibverbs,
-# and beside it on 6.1 (which reports copy-on-fork) the DataLoader (CPython
-# 3.11 with torch); on 5.10 (which predates it) test_rxe.py (3.9, fork in
-# subprocess), then the fork repair's test (there: its refusal) on
-# Debian's CPython with pyverbs.  6.1-stack: on
+# job VM: the VM's job.  6.1 and 5.10: test_rxe.py (3.13, vfork in
+# subprocess, on 6.1, which reports copy-on-fork; 3.9, fork in subprocess, on
+# 5.10, which predates it) beside the matrix of the four libibverbs; then on
+# 6.1 the DataLoader (CPython 3.11 with torch), on 5.10 the fork repair's
+# test (there: its refusal) on Debian's CPython with pyverbs.  6.1-stack: on
 # Debian's CPython with pyverbs, rdma-core's own registrations, the repair's
 # data after a fork and Open MPI + UCX.
 job() {
@@ -206,19 +206,18 @@ unshare -m sh -c 'mount -t tmpfs none /etc/libibverbs.d && exec bash "\$0" "\$@"
   "$tests/matrix.sh" "$cache" "$work/venv-3.13/bin/python" "$work/vm-$1/matrix.jsonl" &
 matrix=\$!
 JOB
-      # test_rxe.py on 5.10 alone, with malloc's registration alone
-      # (RDMASPAWN_RXE_KINDS; each kind took this VM 21-26 s, pytest's
-      # durations).  On a kernel that reports copy-on-fork it is the arm64
-      # lane's soft-RoCE boot's (Linux 6.12, 16 KiB pages, all three
-      # kinds): on 6.1 here it ran the same 9 tests of the same file a
-      # third time (191 s of wall clock in its slowest test alone, in a
-      # loaded CI), where the 6.1-stack VM's pyverbs, repair-integrity
-      # and UCX tests and this VM's DataLoader already meet real
-      # registrations on x86-64 6.1.
+      # malloc's registration alone on x86-64 (RDMASPAWN_RXE_KINDS): the
+      # bytearray's and the page of its own are held by the arm64 lane's
+      # soft-RoCE boot (Linux 6.12, 16 KiB pages), the other kernel that
+      # reports copy-on-fork; each took this VM 21-26 s (pytest's durations).
+      if [ "$1" = 6.1 ]; then
+        pytest_in "$1" 3.13 pytest.log realdevice/test_rxe.py RDMASPAWN_RXE_KINDS=malloc
+      else
+        pytest_in "$1" 3.9 pytest.log realdevice/test_rxe.py RDMASPAWN_RXE_KINDS=malloc
+      fi
       if [ "$1" = 6.1 ]; then
         pytest_in "$1" torch torch-pytest.log realdevice/test_torch_rxe.py RDMASPAWN_REQUIRE_TORCH=1
       else
-        pytest_in "$1" 3.9 pytest.log realdevice/test_rxe.py RDMASPAWN_RXE_KINDS=malloc
         echo "echo 2 >/proc/sys/vm/nr_hugepages  # test_repair_integrity_rxe.py's huge page"
         pytest_in "$1" pyverbs pyverbs-pytest.log realdevice/test_repair_integrity_rxe.py \
           RDMASPAWN_REQUIRE_PYVERBS=1

@@ -20,6 +20,7 @@ import json
 import multiprocessing
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
@@ -29,9 +30,14 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from rdmaspawn._host.procfs import is_dontfork  # noqa: E402
 from rdmaspawn._native.forkrepair import repair_state  # noqa: E402
 
+_START = time.monotonic()
+
 
 def step(what: str) -> None:
-    print(f"STEP {what}", flush=True)
+    """One progress line, with the wall clock and this process's CPU since it began
+    (the control ran for minutes after its registration, with no line to say where)."""
+    print(f"STEP {what} ({time.monotonic() - _START:.0f} s in, "
+          f"{time.process_time():.0f} s of CPU)", flush=True)
 
 
 class Squares(Dataset):
@@ -61,6 +67,8 @@ def main() -> int:
         report["outcome"] = "ok" if got == [i * i for i in range(16)] else f"bad answer {got}"
     except Exception as e:  # the outcome to record, whatever it is
         report["outcome"] = f"{type(e).__name__}: {e}"
+        step(f"the loader raised {type(e).__name__}")
+    step("the report")  # what follows until the test's end is the interpreter's exit
     print(json.dumps(report), flush=True)
     return 0
 
