@@ -36,9 +36,9 @@ _START = time.monotonic()
 def step(what: str) -> None:
     """One progress line, with the seconds since torch's import and the CPU this
     process has used since it started, that import included: in CI's run of
-    stop 46 the control, the VM's first torch import (its libraries read over
-    9p), had used 307 s of CPU by then, the run under rdmaspawn 143 s, and the
-    DataLoader's failure came 10 s after the import."""
+    stop 46 the control, the VM's first torch import, had used 307 s of CPU by
+    then, the run under rdmaspawn after it 143 s, and the DataLoader's failure
+    came 10 s after the import."""
     print(f"STEP {what} ({time.monotonic() - _START:.0f} s in, "
           f"{time.process_time():.0f} s of CPU)", flush=True)
 
