@@ -329,10 +329,15 @@ def test_memory_under_dev_is_swept_whatever_its_mount_is_called(tmp_path) -> Non
     there, as DPDK's 1 GiB hugetlbfs is) and /dev/shm are ordinary memory, and
     the sweep un-marks them: the rule asks what the file is, not where its
     path starts (issue 27: /dev/hugepages1G counted as driver memory)."""
-    code = """
+    # Names of this run's own: /dev is one directory for every process, and CI
+    # runs this test on two CPythons at once (3.9's and the sid chroot's 3.15,
+    # whose /dev is the host's); one run's rmdir between the other's mkdir and
+    # mount failed it ("mount point does not exist").
+    mount = f"/dev/hugepages1G-rdmaspawn-test-{os.getpid()}"
+    shm = f"/dev/shm/rdmaspawn-repair-test-{os.getpid()}"
+    code = f"""
         import mmap
-        paths = ["/dev/hugepages1G/buf", "/dev/shm/rdmaspawn-repair-test"]
-        os.makedirs("/dev/hugepages1G", exist_ok=True)
+        paths = [{mount + "/buf"!r}, {shm!r}]
         maps = []
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -343,21 +348,22 @@ def test_memory_under_dev_is_swept_whatever_its_mount_is_called(tmp_path) -> Non
             addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
             assert libc.madvise(addr, 65536, 10) == 0  # MADV_DONTFORK
             maps.append((m, addr))
-        os.unlink("/dev/shm/rdmaspawn-repair-test")
+        os.unlink({shm!r})
         before = [is_dontfork(a) for _, a in maps]
         verbs = ctypes.CDLL("libibverbs.so.1")
         forkrepair.start_without_asking()
-        report = {"before": before, "after": [is_dontfork(a) for _, a in maps]}
+        report = {{"before": before, "after": [is_dontfork(a) for _, a in maps]}}
     """
     # A mount namespace of its own for the mount; the directory is removed after.
     body = textwrap.dedent(code)
     wrapped = PREAMBLE + body + "\nprint(json.dumps(report))\n"
     argv = python_argv(wrapped)
-    script = ("mkdir -p /dev/hugepages1G && mount -t tmpfs none /dev/hugepages1G && "
-              'exec "$@"')
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-                        *argv], capture_output=True, text=True, timeout=120)
-    subprocess.run(["rmdir", "/dev/hugepages1G"], capture_output=True)
+    script = 'mkdir -p "$0" && mount -t tmpfs none "$0" && exec "$@"'
+    try:
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                            mount, *argv], capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["rmdir", mount], capture_output=True)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"before": [True, True], "after": [False, False]}, got
