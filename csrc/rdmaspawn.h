@@ -260,7 +260,9 @@ struct rs_repair_stats {
     long unmarked;        /* marked mappings a child trips on, un-marked by the sweeps */
     long sweeps;          /* sweeps of /proc/self/smaps */
     long small;           /* registrations left unmarked: fewer inner bytes than mark_min */
+    long bounded;         /* registrations left unmarked: mark_bound marks alive already */
     long mark_min;        /* the inner bytes from which a registration is marked */
+    long mark_bound;      /* how many of the repair's marks may be alive at once */
 };
 int rs_repair_start(void);
 void rs_repair_stats(struct rs_repair_stats *out);

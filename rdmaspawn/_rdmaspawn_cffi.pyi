@@ -33,7 +33,9 @@ class RsRepairStats(CData):
     unmarked: int
     sweeps: int
     small: int
+    bounded: int
     mark_min: int
+    mark_bound: int
 
 class RsSetup(CData):
     """``struct rs_setup *`` (the declarative setup)."""

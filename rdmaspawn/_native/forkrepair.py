@@ -56,8 +56,13 @@ class ForkRepair(NamedTuple):
     unmarked: int = 0
     #: Registrations left unmarked: fewer inner bytes than ``mark_min``.
     small: int = 0
-    #: The inner bytes from which a registration is marked.
+    #: Registrations left unmarked: ``mark_bound`` of the repair's marks were alive.
+    bounded: int = 0
+    #: The inner bytes from which a registration is marked (two pages).
     mark_min: int = 0
+    #: How many of the repair's marks may be alive at once (each adds up to two
+    #: mappings, against ``vm.max_map_count``).
+    mark_bound: int = 0
 
 
 def repair_state(reason: str | None = None) -> ForkRepair:
@@ -70,7 +75,7 @@ def repair_state(reason: str | None = None) -> ForkRepair:
         reason = IN_FORCE if stats.active else "not started (rdmaspawn.repair_fork() starts it)"
     return ForkRepair(bool(stats.active), reason, int(stats.libraries),
                       int(stats.rewritten), int(stats.unmarked), int(stats.small),
-                      int(stats.mark_min))
+                      int(stats.bounded), int(stats.mark_min), int(stats.mark_bound))
 
 
 def vouches(start: int, end: int) -> bool:
