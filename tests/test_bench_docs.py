@@ -13,9 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"startup": [ROOT / "README.md", ROOT / "docs" / "run.md"],
          "guardcost": [ROOT / "docs" / "doctor-and-guard.md"],
          "repaircost": [ROOT / "docs" / "how-it-works.md"],
+         "markcost": [ROOT / "docs" / "how-it-works.md"],
          "cpucost": [ROOT / "README.md"]}
 ARGS = {"startup": ["--rounds", "1"], "guardcost": ["--rounds", "1", "--shapes", "200:0"],
-        "repaircost": ["--rounds", "1", "--shapes", "200:1"],
+        "repaircost": ["--rounds", "1", "--shapes", "200:1"], "markcost": ["--rounds", "1"],
         "cpucost": ["--batches", "1", "--spawns", "2"]}
 
 
