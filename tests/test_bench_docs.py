@@ -50,5 +50,7 @@ def test_doc_writes_between_the_markers_only(name: str, tmp_path: Path) -> None:
         assert "| subprocess (CPython's) |" in block
     elif name == "startup":
         assert "`python -c 'pass'`" in block and "`python -c 'import subprocess'`" in block
+    elif name == "markcost":
+        assert "| 16 MiB pinned, unmarked |" in block and "us per mark |" in block
     else:
         assert "| mappings |" in block and "x |" in block
