@@ -99,7 +99,8 @@ class ForkStatus(NamedTuple):
     is on, and that is "enabled" here (see csrc/forkinit.c).
 
     repair is the fork repair's (:func:`rdmaspawn.repair_fork`): "repaired"
-    (in force: libibverbs' marks are kept out of every fork), "repairable"
+    (in force: libibverbs' marks are kept off the pages a fork child needs,
+    and on a registration's inner pages), "repairable"
     (the kernel copies pinned pages at fork; not started), or "not
     repairable" (the kernel does not say so, or RDMAV_USE_MADVISE is set:
     marks stay and protect).

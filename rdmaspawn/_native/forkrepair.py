@@ -43,7 +43,7 @@ IN_FORCE = ("in force: libibverbs marks only the pages wholly inside each regist
 class ForkRepair(NamedTuple):
     """Whether the fork repair is in force in this process, and why (not)."""
 
-    #: True: libibverbs' marks are kept out of every fork() of this process.
+    #: True: libibverbs' marks are kept off the pages a fork() child needs.
     active: bool
     #: One line: why it is, or is not, in force.
     reason: str
@@ -92,7 +92,8 @@ def repair_fork() -> ForkRepair:
     Where the kernel reports over RDMA netlink that it copies DMA-pinned
     pages at fork (Linux 5.13 and later with an RDMA driver loaded) and
     ``RDMAV_USE_MADVISE`` is unset: libibverbs' ``MADV_DONTFORK`` marks,
-    present and future, are kept out of every fork of this process, and the
+    present and future, are kept off the pages a fork() child needs (a
+    registration's inner pages stay marked, so none is copied into it), and the
     result is ``active``. Anywhere else nothing changes, and ``reason`` says
     why in one line. Calling it again is harmless. Never raises for a
     refusal: a job calls it and carries on either way.
