@@ -251,3 +251,53 @@ def test_marks_stay_bounded_through_registrations() -> None:
     assert state["bounded"] == 6000 - state["mark_bound"], r
     assert r["held"] - r["cycled"] <= 2 * state["mark_bound"] + 64, r
     assert r["released"] <= r["cycled"] + 64, r
+
+
+def test_the_guard_does_not_count_the_repairs_marks() -> None:
+    """guard("raise") in a repaired process: forks go ahead beside the repair's
+    own marks (a registration's inner pages), the second without reading smaps
+    again (remembered, as device memory is), and a mark a child trips on that
+    the repair did not make is still refused."""
+    r = run("""
+        import rdmaspawn
+        from rdmaspawn.tools.guard import ForkHazardError
+        verbs = ctypes.CDLL("libibverbs.so.1")
+        verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        assert verbs.ibv_fork_init() == 0
+        forkrepair.start_without_asking()
+        libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        block = libc.malloc(1 << 20)
+        assert verbs.ibv_dontfork_range(block, 1 << 20) == 0
+        rdmaspawn.guard("raise")
+        import rdmaspawn.tools.forklook as forklook
+        reads = []
+        real = forklook.read_smaps
+        def counting():
+            reads.append(1); return real()
+        forklook.read_smaps = counting
+        results = []
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                child_work(); os._exit(0)
+            results.append(outcome(os.waitpid(pid, 0)[1]))
+        marked = is_dontfork(block + (512 << 10))
+        looks = len(reads)
+        page = os.sysconf("SC_PAGE_SIZE")
+        small = libc.malloc(3 * page)
+        start = (small + page - 1) // page * page
+        assert libc.madvise(start, page, 10) == 0  # a heap page, marked by no one the repair knows
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            refused = False
+        except ForkHazardError:
+            refused = True
+        report = {"results": results, "marked": marked, "reads": looks, "refused": refused}
+    """)
+    assert r["results"] == ["ok", "ok"] and r["marked"] is True, r
+    assert r["reads"] == 1, r
+    assert r["refused"] is True, r
