@@ -85,28 +85,42 @@ SHAPES = [
 ]
 
 
+class _Worker:
+    """One shape's worker process: ``first`` is "ok" or why it could not build it."""
+
+    def __init__(self, kind: str, n: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, kind, str(n)], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.first = self.stdout.readline().strip()
+
+    def fork_ms(self) -> float:
+        self.stdin.write("\n")
+        self.stdin.flush()
+        return float(self.stdout.readline())
+
+    def close(self) -> int:
+        self.stdin.close()
+        return self.proc.wait()
+
+
 def measure(rounds: int) -> list[tuple[str, str, int, str, float | None, str]]:
     """Each shape's median fork in ms (None and why, where it cannot be built)."""
     workers, why = {}, {}
     for label, kind, n, _ in SHAPES:
-        p = subprocess.Popen([sys.executable, "-c", WORKER, kind, str(n)], text=True,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        first = p.stdout.readline().strip()
-        if first == "ok":
-            workers[label] = p
+        w = _Worker(kind, n)
+        if w.first == "ok":
+            workers[label] = w
         else:
-            why[label] = first or f"the worker exited {p.wait()}"
-            p.stdin.close()
-            p.wait()
+            code = w.close()
+            why[label] = w.first or f"the worker exited {code}"
     times: dict[str, list[float]] = {label: [] for label in workers}
     for _ in range(rounds):
-        for label, p in workers.items():
-            p.stdin.write("\n")
-            p.stdin.flush()
-            times[label].append(float(p.stdout.readline()))
-    for p in workers.values():
-        p.stdin.close()
-        p.wait()
+        for label, w in workers.items():
+            times[label].append(w.fork_ms())
+    for w in workers.values():
+        w.close()
     return [(label, kind, n, unit,
              statistics.median(times[label]) if label in times else None, why.get(label, ""))
             for label, kind, n, unit in SHAPES]

@@ -26,8 +26,8 @@ import textwrap
 
 import pytest
 from helpers.child import python_argv
-from helpers.repair import PREAMBLE, run
 from helpers.hazard import require_verbs
+from helpers.repair import PREAMBLE, run
 
 from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
 

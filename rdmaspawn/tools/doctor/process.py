@@ -11,8 +11,8 @@ from typing import Any
 from ..._host.forkrisk import classify
 from ..._host.processinfo import exe_path, read_environ
 from ..._host.procfs import Mapping, Pid, all_mappings, library_paths, max_map_count
-from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ..._native.forkrepair import IN_FORCE, USE_MADVISE
+from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
 from .facts import (
