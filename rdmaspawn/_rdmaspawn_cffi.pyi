@@ -150,6 +150,7 @@ class Lib:
     RS_FORK_DISABLED: int
     RS_FORK_ENABLED: int
     RS_FORK_UNNEEDED: int
+    RS_FORK_UNKNOWN: int
 
     environ: CData  # char **, read with the GIL held
 

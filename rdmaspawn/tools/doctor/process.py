@@ -37,6 +37,9 @@ _FORK_NOTES = {
                 "registrations (other code still may)",
     "enabled": "ibv_fork_init() has run: every ibv_reg_mr() marks its pages MADV_DONTFORK",
     "unneeded": "the kernel copies DMA-pinned pages on fork; libibverbs marks nothing",
+    "unknown": "this libibverbs (rdma-core < 35) cannot say whether ibv_fork_init() has "
+               "run, and nothing it marked is mapped: another library may have turned "
+               "fork protection on, to mark what it registers next",
 }
 
 
