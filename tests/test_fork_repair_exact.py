@@ -18,15 +18,12 @@ and by ``madvise()``: nothing is registered, so nothing is pinned.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import textwrap
 
 import pytest
-from helpers.child import python_argv
 from helpers.hazard import require_verbs
-from helpers.repair import PREAMBLE, run
+from helpers.repair import doctor_on_holder, run
 
 from rdmaspawn._rdmaspawn_cffi import lib
 
@@ -36,18 +33,23 @@ def _verbs() -> None:
     require_verbs()
 
 
+# libibverbs with fork protection on (it marks), the repair started (it finds
+# this libibverbs), and libc's malloc.
+STARTED = """
+verbs = ctypes.CDLL("libibverbs.so.1")
+verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+verbs.ibv_dofork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+assert verbs.ibv_fork_init() == 0
+forkrepair.start_without_asking()
+libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
+"""
+
 # Registrations after the start: blocks of malloc (a block it maps, and one
 # in a thread's arena) with ends that are not page-aligned.
-EXACT = """
+EXACT = STARTED + textwrap.dedent("""
     from rdmaspawn._host.procfs import mapping_at
     import mmap
     page = mmap.PAGESIZE
-    verbs = ctypes.CDLL("libibverbs.so.1")
-    verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    verbs.ibv_dofork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    assert verbs.ibv_fork_init() == 0
-    forkrepair.start_without_asking()
-    libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
     def register_in_a_thread(size, out):
         p = libc.malloc(size)  # a thread's arena below the mmap threshold
         out.append(p)
@@ -82,7 +84,7 @@ EXACT = """
         report[name]["vouched_after"] = bool(inner) and forkrepair.vouches(inner[0].start,
                                                                            inner[0].end)
     report["state"] = forkrepair.repair_state()._asdict()
-"""
+""")
 
 
 def test_a_registration_keeps_its_inner_pages_marked_and_its_edges_not() -> None:
@@ -168,21 +170,9 @@ def test_the_doctor_says_which_mark_is_which() -> None:
     program's own buffer is 'anon' (no risk), the block malloc mapped is
     'malloc-block' and the arena page 'arena' (hazards), the ring is the
     kernel's ('device', no risk)."""
-    code = PREAMBLE + textwrap.dedent(FOREIGN).replace(
+    marks, report, _ = doctor_on_holder(textwrap.dedent(FOREIGN).replace(
         "HOLD", "print(json.dumps({k: hex(a) for k, a in marks.items()}), flush=True)\n"
-        "sys.stdin.read()\nraise SystemExit(0)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RDMASPAWN", "RDMAV_"))}
-    holder = subprocess.Popen(python_argv(code), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
-    try:
-        marks = json.loads(holder.stdout.readline())
-        doctor = ("import sys; from rdmaspawn.tools.doctor.cli import main; "
-                  f"sys.exit(main(['--pid', '{holder.pid}', '--json']))")
-        res = subprocess.run(python_argv(doctor), capture_output=True, text=True, timeout=120)
-        report = json.loads(res.stdout)
-    finally:
-        holder.stdin.close()
-        holder.wait(60)
+        "sys.stdin.read()\nraise SystemExit(0)"))
     found = {f["start"]: (f["kind"], f["risk"]) for f in report["findings"]}
 
     def at(address: str) -> tuple[str, str] | None:
@@ -216,13 +206,7 @@ def test_marks_stay_bounded_through_registrations() -> None:
     leave the number of mappings where it was; 6,000 registrations held at
     once add at most two mappings per mark alive, and no more marks than
     the bound (the rest are left unmarked and counted)."""
-    r = run("""
-        verbs = ctypes.CDLL("libibverbs.so.1")
-        verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        verbs.ibv_dofork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        assert verbs.ibv_fork_init() == 0
-        forkrepair.start_without_asking()
-        libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
+    r = run(STARTED + textwrap.dedent("""
         def maps():
             with open("/proc/self/maps", "rb") as f:
                 return f.read().count(b"\\n")
@@ -245,7 +229,7 @@ def test_marks_stay_bounded_through_registrations() -> None:
         for p, n in held:
             verbs.ibv_dofork_range(p, n)
         report["released"] = maps()
-    """, timeout=300)
+    """), timeout=300)
     state = r["state"]
     assert r["cycled"] == r["start"] and r["most"] <= r["start"] + 2, r
     assert state["bounded"] == 6000 - state["mark_bound"], r
