@@ -127,6 +127,10 @@ FOREIGN = """
     assert libc.madvise(own, 1 << 20, 10) == 0
     block = libc.malloc(1 << 20) - 16  # its header: the mapping's start
     assert libc.madvise(block, (1 << 20) + page, 10) == 0
+    pair = libc.mmap(None, 2 << 20, 3, 0x22, -1, 0)  # a buffer bordering anonymous memory
+    ctypes.memset(pair, 1, 2 << 20)
+    bordered = pair + (1 << 20)
+    assert libc.madvise(bordered, 1 << 20, 10) == 0
     params = (ctypes.c_uint32 * 30)()
     ring_fd = libc.syscall(425, 4, params)
     ring = None
@@ -135,7 +139,10 @@ FOREIGN = """
         ring = ctypes.addressof(ctypes.c_char.from_buffer(ring_map))
         assert libc.madvise(ring, page, 10) == 0
     h = plant("verbs")
-    marks = {"own": own, "malloc": block, "arena": h.start}
+    marks = {"own": own, "malloc": block, "arena": h.start, "bordered": bordered}
+    # Inside those two: their pages past the first and before the last.
+    inner = {"malloc": block + (512 << 10), "bordered": bordered + (512 << 10),
+             "malloc_last": block + (1 << 20), "bordered_last": bordered + (1 << 20) - page}
     if ring is not None:
         marks["kernel"] = ring
     before = {k: is_dontfork(a) for k, a in marks.items()}
@@ -145,6 +152,9 @@ FOREIGN = """
     if pid == 0:
         child_work(); os._exit(0)
     report = {"before": before, "after": {k: is_dontfork(a) for k, a in marks.items()},
+              "inner": {k: is_dontfork(a) for k, a in inner.items()},
+              "vouched": [forkrepair.vouches(block + page, block + (1 << 20)),
+                          forkrepair.vouches(bordered + page, bordered + (1 << 20) - page)],
               "fork": outcome(os.waitpid(pid, 0)[1]), "ring": ring_fd,
               "state": forkrepair.repair_state()._asdict()}
 """
@@ -152,17 +162,22 @@ FOREIGN = """
 
 def test_the_sweep_takes_off_only_the_marks_a_child_trips_on() -> None:
     """Marked before libibverbs was found: the program's own buffer on pages of
-    its own and the kernel's io_uring ring keep their marks; a block malloc
-    mapped (its header under the mark) and a thread arena's page are un-marked;
-    a fork child running Python lives."""
+    its own and the kernel's io_uring ring keep their marks; a thread arena's
+    page is un-marked; a block malloc mapped (its header under the mark) and a
+    buffer bordering other anonymous memory lose the mark on their first and
+    last page only (all a rounded mark can take from anyone else there), and
+    what stays is the repair's own; a fork child running Python lives."""
     r = run(FOREIGN.replace("HOLD", ""))
     assert all(r["before"].values()), r
-    expected = {"own": True, "malloc": False, "arena": False}
+    expected = {"own": True, "malloc": False, "arena": False, "bordered": False}
     if "kernel" in r["after"]:
         expected["kernel"] = True
     assert r["after"] == expected, r
+    assert r["inner"] == {"malloc": True, "bordered": True, "malloc_last": False,
+                          "bordered_last": False}, r
+    assert r["vouched"] == [True, True], r
     assert r["fork"] == "ok", r
-    assert r["state"]["unmarked"] == 2, r
+    assert r["state"]["unmarked"] == 3, r
 
 
 def test_the_doctor_says_which_mark_is_which() -> None:
@@ -183,6 +198,7 @@ def test_the_doctor_says_which_mark_is_which() -> None:
         return None
 
     assert at(marks["own"]) == ("anon", "none"), found
+    assert at(marks["bordered"]) == ("anon-adjacent", "medium"), found
     assert at(marks["malloc"]) == ("malloc-block", "high"), found
     assert at(marks["arena"]) == ("arena", "high"), found
     if "kernel" in marks:
