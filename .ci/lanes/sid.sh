@@ -38,7 +38,8 @@
 # Another Debian release's chroot (.ci/lanes/debian.sh): SID_SUITE (default
 # sid), SID_PYTHON_PACKAGES (default python3.V, python3.V-dev and
 # python3.V-venv for each version) and SID_WHEELS=0 (no build-wheels inside,
-# no wheel on 3.9: steps 3 and the wheel's run).
+# no wheel on 3.9: steps 3 and the wheel's run); SID_BUILD_ONLY=1 stops once
+# today's tarball is in the cache (debian.sh builds its releases' at once).
 set -uo pipefail
 exec </dev/null
 
@@ -48,6 +49,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suite=${SID_SUITE:-sid}
 versions=${SID_VERSIONS:-"3.14 3.15"}
 wheels=${SID_WHEELS:-1}
+build_only=${SID_BUILD_ONLY:-0}
 quiet_limit=${SID_QUIET_LIMIT:-600}
 mirror=${SID_MIRROR:-http://deb.debian.org/debian}
 export SID_PYTEST_ARGS="${SID_PYTEST_ARGS:-}" SID_CONFORMANCE_ARGS="${SID_CONFORMANCE_ARGS:-}"
@@ -139,13 +141,14 @@ if { [ -s "$tarball" ] || { mmdebstrap --variant=apt --format=tar --quiet \
        --customize-hook="chroot \"\$1\" sh -ec 'cd /tmp && apt-get download -q $(echo $testsuites) && for d in *.deb; do dpkg-deb -x \$d /; done && rm -f *.deb'" \
        --include="$(echo $packages | tr ' ' ',')" "$suite" "$tarball.part" "$mirror" \
        >"$CI_WORK/mmdebstrap.log" 2>&1 && mv "$tarball.part" "$tarball"; }; } \
-   && tar -C "$root" -xf "$tarball"; then
+   && { [ "$build_only" = 1 ] || tar -C "$root" -xf "$tarball"; }; then
   result "$suite chroot ($((SECONDS - t0))s)" OK
 else
   rm -f "$tarball.part"
   tail -n 30 "$CI_WORK/mmdebstrap.log"; result "$suite chroot" FAILED
   cat "$CI_WORK/results"; echo "LANE: $passed passed, $failed failed"; exit 1
 fi
+if [ "$build_only" = 1 ]; then say "$tarball ready in $((SECONDS - t0))s"; exit 0; fi
 say "chroot built in $((SECONDS - t0))s: $(chroot "$root" dpkg-query -W -f '${Package} ${Version}, ' \
   $(for v in $versions; do echo "python$v"; done) libc6 libibverbs1)"
 # What ran where, for the record (.ci/lanes/debian_table.py): "python3.V
