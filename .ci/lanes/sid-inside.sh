@@ -10,7 +10,7 @@
 # Leaves per version: out/V.suite.log, out/V.conformance.log, and
 # out/V.times ("suite SECONDS", "conformance SECONDS" lines); then the
 # newest VERSION builds the wheels into out/wheels (out/wheels.rc). The exit
-# status is non-zero if any step of any version failed.
+# status is non-zero if any step of any version failed. SID_WHEELS=0: no wheels.
 set -uo pipefail
 
 # The selection, in shell words (eval'd: it holds a quoted -m expression).
@@ -27,6 +27,13 @@ run_version() {
   rm -rf "$src" "$venv"
   cp -a /lane/repo "$src" || return 1
   "python$v" -m venv "$venv" || return 1
+  # A pip before 21.3 (bullseye's 20.3) cannot install a pyproject.toml
+  # checkout editable (PEP 660): the venv's pip is upgraded first.
+  if ! "$venv/bin/python" -c 'import sys, pip
+sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))'; then
+    say "$v: pip $("$venv/bin/python" -m pip --version | cut -d' ' -f2) is too old: pip install --upgrade pip"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip || return 1
+  fi
   (cd "$src" && "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]') \
     || return 1
 
@@ -58,6 +65,7 @@ for v in "$@"; do
   run_version "$v" || { failed=1; say "$v: FAILED"; }
 done
 
+[ "${SID_WHEELS:-1}" = 1 ] || exit "$failed"
 # The newest builds the wheels (Debian's multiarch pyconfig.h, 3.15's abi3
 # suffixes); sid.sh installs the x86_64 one on the oldest CPython.
 newest=${*: -1}

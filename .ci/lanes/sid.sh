@@ -32,24 +32,34 @@
 # for one version), SID_CONFORMANCE_ARGS (the conformance
 # runner's options and patterns; default: every test), SID_VERSIONS (default "3.14 3.15"),
 # SID_QUIET_LIMIT, SID_MIRROR (default http://deb.debian.org/debian). Each run's log is
-# left in CI_WORK/out (V.suite.log, V.conformance.log, V.times).
+# left in CI_WORK/out (V.suite.log, V.conformance.log, V.times; versions: the
+# chroot's CPython, glibc and rdma-core).
+#
+# Another Debian release's chroot (.ci/lanes/debian.sh): SID_SUITE (default
+# sid), SID_PYTHON_PACKAGES (default python3.V, python3.V-dev and
+# python3.V-venv for each version) and SID_WHEELS=0 (no build-wheels inside,
+# no wheel on 3.9: steps 3 and the wheel's run); SID_BUILD_ONLY=1 stops once
+# today's tarball is in the cache (debian.sh builds its releases' at once).
 set -uo pipefail
 exec </dev/null
 
 : "${CI_REPO:?CI_REPO must name the checkout}" "${CI_WORK:?CI_WORK must name a scratch directory}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lane_lib.sh"
+suite=${SID_SUITE:-sid}
 versions=${SID_VERSIONS:-"3.14 3.15"}
+wheels=${SID_WHEELS:-1}
+build_only=${SID_BUILD_ONLY:-0}
 quiet_limit=${SID_QUIET_LIMIT:-600}
 mirror=${SID_MIRROR:-http://deb.debian.org/debian}
 export SID_PYTEST_ARGS="${SID_PYTEST_ARGS:-}" SID_CONFORMANCE_ARGS="${SID_CONFORMANCE_ARGS:-}"
-root=$CI_WORK/sid
+root=$CI_WORK/$suite
 start=$SECONDS
 passed=0
 failed=0
 runner=""
 
-say() { printf '=== sid.sh [%4ds] %s\n' "$((SECONDS - start))" "$*"; }
+say() { printf '=== sid.sh %s [%4ds] %s\n' "$suite" "$((SECONDS - start))" "$*"; }
 result() {  # result NAME OK|FAILED
   if [ "$2" = OK ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
   printf '%-44s %s\n' "$1" "$2" >>"$CI_WORK/results"
@@ -104,42 +114,49 @@ run_watched() {
 }
 
 # --- 1. the chroot ---------------------------------------------------------
-packages="python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv
+packages="${SID_PYTHON_PACKAGES:-$(for v in $versions; do echo "python$v python$v-dev python$v-venv"; done)}
   gcc libc6-dev libibverbs1 ibverbs-providers ca-certificates mount python3-minimal"
 # CPython's test package (test_subprocess and test.support) is unpacked, not
 # installed: its postinst byte-compiles its 2000-odd modules, minutes of the
 # lane on a busy machine, for the one test module the lane imports.
-testsuites="libpython3.14-testsuite libpython3.15-testsuite"
+testsuites=$(for v in $versions; do echo "libpython$v-testsuite"; done)
 # Built as a tarball, kept for the day under the cache (a rerun unpacks it in
 # seconds; a fresh CI machine builds it); older ones are removed.
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/rdmaspawn
 key=$(echo "$packages $testsuites $mirror" | md5sum | cut -c1-8)
-tarball=$cache/sid-$(date -u +%Y%m%d)-$key.tar
+tarball=$cache/$suite-$(date -u +%Y%m%d)-$key.tar
 mkdir -p "$cache" "$root"
-find "$cache" -maxdepth 1 -name 'sid-*.tar' ! -name "$(basename "$tarball")" -delete
+find "$cache" -maxdepth 1 -name "$suite-*.tar" ! -name "$(basename "$tarball")" -delete
 t0=$SECONDS
 if [ -s "$tarball" ]; then
-  say "unpacking today's sid chroot from $tarball"
+  say "unpacking today's $suite chroot from $tarball"
 else
-  say "mmdebstrap sid into $tarball"
+  say "mmdebstrap $suite into $tarball"
 fi
 # Not niced: the chroot is the start of CI's longest lane. No fsync per file
 # (force-unsafe-io): a throwaway tree needs no crash safety.
 if { [ -s "$tarball" ] || { mmdebstrap --variant=apt --format=tar --quiet \
        --aptopt='Acquire::Check-Valid-Until "false"' --aptopt='Acquire::Languages "none"' \
        --dpkgopt='force-unsafe-io' \
-       --customize-hook="chroot \"\$1\" sh -ec 'cd /tmp && apt-get download -q $testsuites && for d in *.deb; do dpkg-deb -x \$d /; done && rm -f *.deb'" \
-       --include="$(echo $packages | tr ' ' ',')" sid "$tarball.part" "$mirror" \
+       --customize-hook="chroot \"\$1\" sh -ec 'cd /tmp && apt-get download -q $(echo $testsuites) && for d in *.deb; do dpkg-deb -x \$d /; done && rm -f *.deb'" \
+       --include="$(echo $packages | tr ' ' ',')" "$suite" "$tarball.part" "$mirror" \
        >"$CI_WORK/mmdebstrap.log" 2>&1 && mv "$tarball.part" "$tarball"; }; } \
-   && tar -C "$root" -xf "$tarball"; then
-  result "sid chroot ($((SECONDS - t0))s)" OK
+   && { [ "$build_only" = 1 ] || tar -C "$root" -xf "$tarball"; }; then
+  result "$suite chroot ($((SECONDS - t0))s)" OK
 else
   rm -f "$tarball.part"
-  tail -n 30 "$CI_WORK/mmdebstrap.log"; result "sid chroot" FAILED
+  tail -n 30 "$CI_WORK/mmdebstrap.log"; result "$suite chroot" FAILED
   cat "$CI_WORK/results"; echo "LANE: $passed passed, $failed failed"; exit 1
 fi
+if [ "$build_only" = 1 ]; then say "$tarball ready in $((SECONDS - t0))s"; exit 0; fi
 say "chroot built in $((SECONDS - t0))s: $(chroot "$root" dpkg-query -W -f '${Package} ${Version}, ' \
-  python3.14 python3.15 libc6 libibverbs1)"
+  $(for v in $versions; do echo "python$v"; done) libc6 libibverbs1)"
+# What ran where, for the record (.ci/lanes/debian_table.py): "python3.V
+# 3.V.N" per version, then glibc's and rdma-core's Debian versions.
+{ for v in $versions; do
+    echo "python$v $(chroot "$root" "python$v" -c 'import platform; print(platform.python_version())')"
+  done
+  chroot "$root" dpkg-query -W -f '${Package} ${Version}\n' libc6 libibverbs1; } >"$CI_WORK/versions"
 
 # --- 2. the repository, the wheel, the runs inside -------------------------
 mkdir -p "$root/lane/repo" "$root/lane/out"
@@ -181,7 +198,7 @@ mount --rbind -o ro /sys '$root/sys'
 mount -t tmpfs tmpfs '$root/tmp'
 exec chroot '$root' /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \\
   LANG=C.UTF-8 PIP_CERT=/lane/ca.crt SSL_CERT_FILE=/lane/ca.crt \\
-  SID_PYTEST_ARGS="\$SID_PYTEST_ARGS" SID_CONFORMANCE_ARGS="\${SID_CONFORMANCE_ARGS:-}" \\
+  SID_PYTEST_ARGS="\$SID_PYTEST_ARGS" SID_CONFORMANCE_ARGS="\${SID_CONFORMANCE_ARGS:-}" SID_WHEELS=$wheels \\
   $per_version $wheel_env \\
   /usr/bin/python${versions%% *} /lane/sid-reset-signals.py /bin/bash /lane/sid-inside.sh $versions
 EOF
@@ -192,16 +209,19 @@ inside_rc=$?
 rm -rf "$CI_WORK/out" && cp -r "$root/lane/out" "$CI_WORK/out"
 [ "$inside_rc" = 124 ] && say "the run inside was killed as hung"
 
+# "CPython 3.14" in sid, "bookworm: CPython 3.11" in another release.
+tag=CPython; [ "$suite" = sid ] || tag="$suite: CPython"
 for v in $versions; do
   times=$root/lane/out/$v.times
   get() { awk -v k="$1" '$1 == k {print $2}' "$times" 2>/dev/null; }
   [ "$(get suite_rc)" = 0 ] && ok=OK || ok=FAILED
-  result "CPython $v: suite ($(get suite)s)" "$ok"
+  result "$tag $v: suite ($(get suite)s)" "$ok"
   [ "$(get conformance_rc)" = 0 ] && ok=OK || ok=FAILED
-  result "CPython $v: test_subprocess patched ($(get conformance)s)" "$ok"
+  result "$tag $v: test_subprocess patched ($(get conformance)s)" "$ok"
 done
 
 # --- 3. the wheel a 3.15 built, on the oldest CPython ------------------------
+[ "$wheels" = 1 ] && {
 built=$(ls "$root"/lane/out/wheels/rdmaspawn-*-manylinux_*_x86_64.whl 2>/dev/null | head -n 1)
 if [ -n "$built" ] && grep -q "build-wheels 0" "$root/lane/out/wheels.rc" 2>/dev/null; then
   result "build-wheels with Debian's python${versions##* }" OK
@@ -225,15 +245,16 @@ else
   [ -z "$oldest" ] && say "no pyenv CPython 3.9 under ${PYENV_ROOT:-$HOME/.pyenv}"
   result "CPython 3.9: a 3.15-built wheel (not run)" FAILED
 fi
+}
 
 # --- 4. summary ----------------------------------------------------------------
 echo
 say "summary ($((SECONDS - start))s in all)"
 cat "$CI_WORK/results"
 for v in $versions; do
-  echo "--- CPython $v: suite"
+  echo "--- $tag $v: suite"
   closing_lines "$root/lane/out/$v.suite.log" '= short test summary info =' 1
-  echo "--- CPython $v: test_subprocess under patch()"
+  echo "--- $tag $v: test_subprocess under patch()"
   closing_lines "$root/lane/out/$v.conformance.log" '^rdmaspawn conformance' 5
 done
 [ -f "$CI_WORK/oldest.log" ] && { echo "--- the 3.15-built wheel on 3.9"; tail -n 1 "$CI_WORK/oldest.log"; }
