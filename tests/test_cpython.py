@@ -2,13 +2,17 @@
 refusal of a CPython whose subprocess does not match it."""
 from __future__ import annotations
 
+import _posixsubprocess
+import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
 from rdmaspawn.dropin import cpython as _cpython
+from rdmaspawn.dropin.arguments import _MAX_GROUPS
 
 
 def test_this_cpython_is_known_and_matches():
@@ -32,9 +36,11 @@ def test_get_handles_cleanup_is_this_cpythons():
 
 
 def test_rows_a_patch_release_can_change_are_not_in_the_table():
-    """home, chdir_tag, posix_spawn_str_nul and get_handles_cleans_up come from
-    the running CPython only: no TABLE entry holds a value for them."""
-    looked_up = ("home", "chdir_tag", "posix_spawn_str_nul", "get_handles_cleans_up")
+    """home, chdir_tag, posix_spawn_str_nul, get_handles_cleans_up, int_parser,
+    wrong_count, too_many_groups and posix_spawn_environ come from the running
+    CPython only: no TABLE entry holds a value for them (issue 48)."""
+    looked_up = ("home", "chdir_tag", "posix_spawn_str_nul", "get_handles_cleans_up",
+                 "int_parser", "wrong_count", "too_many_groups", "posix_spawn_environ")
     for version, internals in _cpython.TABLE.items():
         for row in looked_up:
             assert getattr(internals, row) == _cpython.Internals._field_defaults[row], version
@@ -53,6 +59,14 @@ def test_unknown_version_is_refused_by_name():
         assert said in message, message
 
 
+def test_an_unknown_fork_exec_parser_is_refused(monkeypatch):
+    """A fork_exec whose wrong-count TypeError is in neither known wording has
+    a parser rdmaspawn has not seen: refused, as an unknown version is."""
+    monkeypatch.setattr(_cpython, "_fork_exec_parser", lambda wanted: "")
+    with pytest.raises(_cpython.UnsupportedPython, match="parses its arguments"):
+        _cpython._check(sys.version_info[:2])
+
+
 def test_a_free_threaded_build_is_refused_in_one_line():
     """3.14t (no GIL) is refused by name, in one line that says what to use;
     the flag comes from sysconfig's Py_GIL_DISABLED (no 3.14t has run here)."""
@@ -68,7 +82,8 @@ def test_unpack_names_every_argument(version, monkeypatch):
     """Every version's call by name: what it passes where it passes it, the
     neutral value for only what it does not pass (3.14's 22 arguments hold
     pgid_to_set but not allow_vfork)."""
-    monkeypatch.setattr(_cpython, "_current", _cpython.TABLE[version])
+    monkeypatch.setattr(_cpython, "_current", _cpython.TABLE[version]._replace(
+        wrong_count=_cpython.require().wrong_count))
     params = _cpython.TABLE[version].params
     call = _cpython.unpack_fork_exec(tuple(range(len(params))))
     for field in _cpython.ForkExecCall._fields:
@@ -79,6 +94,86 @@ def test_unpack_names_every_argument(version, monkeypatch):
             assert value == {"pgid_to_set": -1, "allow_vfork": True}[field], field
     with pytest.raises(TypeError, match=str(len(params))):
         _cpython.unpack_fork_exec(tuple(range(len(params) + 1)))
+
+
+# --- the looked-up rows, each against what this CPython does ------------------
+
+def _fork_exec_args(**given: Any) -> list[Any]:
+    """A call of CPython's own fork_exec, in this version's order, that fails
+    before it forks: no fd, nothing to start but /bin/true, ``given`` over it."""
+    call = dict(args=[b"/bin/true"], executable_list=[b"/bin/true"], close_fds=False,
+                fds_to_keep=(), cwd=None, env_list=None, p2cread=-1, p2cwrite=-1,
+                c2pread=-1, c2pwrite=-1, errread=-1, errwrite=-1, errpipe_read=-1,
+                errpipe_write=-1, restore_signals=False, call_setsid=False, pgid_to_set=-1,
+                gid=None, extra_groups=None, uid=None, child_umask=-1, preexec_fn=None,
+                allow_vfork=False)
+    call.update(given)
+    return [call[name] for name in _cpython.require().params]
+
+
+def test_wrong_count_is_fork_exec_s_own():
+    """The looked-up wording is what CPython's fork_exec says for a count other
+    than the one the probe used (it calls with none)."""
+    internals = _cpython.require()
+    wanted = len(internals.params)
+    for given in (wanted - 1, wanted + 1):
+        with pytest.raises(TypeError) as raised:
+            _posixsubprocess.fork_exec(*range(given))
+        assert str(raised.value) == internals.wrong_count.format(wanted=wanted, given=given)
+
+
+@pytest.mark.parametrize("value", [2**31, -2**31 - 1, 2**63])
+def test_int_parser_is_fork_exec_s_own(value):
+    """c_int() with the looked-up parser refuses an int out of range as
+    CPython's fork_exec does (p2cread, converted before anything happens)."""
+    with pytest.raises(OverflowError) as cpython_said:
+        _posixsubprocess.fork_exec(*_fork_exec_args(p2cread=value))
+    with pytest.raises(OverflowError) as ours:
+        _cpython.c_int(value, _cpython.require().int_parser)
+    assert str(ours.value) == str(cpython_said.value)
+
+
+def test_too_many_groups_is_fork_exec_s_own():
+    """The looked-up ValueError is CPython's for one group more than
+    NGROUPS_MAX (counted before it forks)."""
+    with pytest.raises(ValueError) as raised:
+        _posixsubprocess.fork_exec(*_fork_exec_args(extra_groups=[0] * (_MAX_GROUPS + 1)))
+    assert str(raised.value) == _cpython.require().too_many_groups
+
+
+def test_posix_spawn_environ_is_what_popen_passes(monkeypatch):
+    """CPython's own Popen._posix_spawn, called with env=None, hands
+    os.posix_spawn os.environ exactly where the looked-up row says so (the
+    recorder raises: nothing starts)."""
+    method = _cpython_posix_spawn()
+    seen = []
+
+    def record(path: Any, argv: Any, env: Any, **kwargs: Any) -> None:
+        seen.append(env)
+        raise _Stop
+
+    monkeypatch.setattr(os, "posix_spawn", record)
+    names = method.__code__.co_varnames[1:method.__code__.co_argcount]
+    given = dict(args=[b"/bin/true"], executable=b"/bin/true", env=None,
+                 restore_signals=False, close_fds=False)
+    with pytest.raises(_Stop):
+        method(object.__new__(subprocess.Popen), **{n: given.get(n, -1) for n in names})
+    assert (seen[0] is os.environ) == _cpython.require().posix_spawn_environ
+    assert seen[0] is os.environ or seen[0] is None
+
+
+class _Stop(Exception):
+    pass
+
+
+def _cpython_posix_spawn() -> Any:
+    """CPython's Popen._posix_spawn, where patch() has put rdmaspawn's in its place too."""
+    from rdmaspawn.dropin import posixspawn
+
+    method = subprocess.Popen._posix_spawn  # type: ignore[attr-defined]
+    if method is posixspawn.posix_spawn_method:
+        pytest.skip("patched: CPython's Popen._posix_spawn is not in place")
+    return method
 
 
 @pytest.mark.parametrize("value, parser, message", [

@@ -15,6 +15,7 @@ depend on these internals.
 """
 from __future__ import annotations
 
+import _posixsubprocess
 import dis
 import operator
 import os
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import sysconfig
 from typing import Any, Callable, NamedTuple
+
+from .wrapping import innermost
 
 __all__ = [
     "POPEN_PREEXEC_FN_POSITION",
@@ -104,21 +107,15 @@ class Internals(NamedTuple):
     params: tuple[str, ...]
     #: What _execute_child loads to call fork_exec (see _CALLER_21).
     caller: tuple[str, ...]
-    #: How fork_exec parses its int arguments: "format_i" (PyArg_ParseTuple
-    #: "i") or "clinic" (Argument Clinic's int converter).
-    int_parser: str
-    #: The ValueError when extra_groups is longer than NGROUPS_MAX.
-    too_many_groups: str
-    #: Whether fork_exec can vfork() (3.10+); 3.9 always forks.
+    #: Whether fork_exec can vfork() (3.10+); 3.9 always forks. Kept here: it
+    #: came with 3.10.0, and nothing Python can see tells 3.9 from 3.10.0-3.10.4
+    #: (subprocess._USE_VFORK came with 3.10.5 and left with 3.14, which still
+    #: vforks); only a fork_exec call that starts a child would show it.
     can_vfork: bool
-    #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
-    #: (3.9-3.12); 3.13 passes None through.
-    posix_spawn_environ: bool
-    #: fork_exec's TypeError for a wrong argument count, formatted with
-    #: ``wanted`` and ``given``: PyArg_ParseTuple's wording (3.9-3.11), or
-    #: Argument Clinic's _PyArg_CheckPositional (3.12+).
-    wrong_count: str
     #: multiprocessing's default start method on Linux ("forkserver" from 3.14).
+    #: Kept here: only tests read it; looking would import multiprocessing
+    #: (start-up does not), and once rdmaspawn's start_method preference is in
+    #: force, multiprocessing holds ours in the place CPython's default was.
     mp_default: str
     # Looked up in the running CPython by _looked_up(), never read from TABLE:
     # a patch release can differ (the defaults below are never used).
@@ -135,26 +132,31 @@ class Internals(NamedTuple):
     #: where Popen has the _on_error_fd_closer that CPython added with that
     #: (3.11.? and 3.12+; not Debian 12's 3.11.2); elsewhere they leak.
     get_handles_cleans_up: bool = False
+    #: How fork_exec parses its int arguments: "format_i" (PyArg_ParseTuple
+    #: "i", 3.9-3.11) or "clinic" (Argument Clinic's int converter, 3.12+),
+    #: told by its TypeError for no arguments (_fork_exec_parser).
+    int_parser: str = ""
+    #: fork_exec's TypeError for a wrong argument count, formatted with
+    #: ``wanted`` and ``given``: its parser's wording (_WORDINGS).
+    wrong_count: str = ""
+    #: The ValueError when extra_groups is longer than NGROUPS_MAX: it changed
+    #: with the parser (3.12's move to Argument Clinic renamed groups_list).
+    too_many_groups: str = ""
+    #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
+    #: (3.9-3.12; its code names environ); 3.13 passes None through.
+    posix_spawn_environ: bool = False
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
 POSIX_SPAWN_PATH_NUL = "posix_spawn: embedded null character in path"
-_V39 = Internals(
-    params=_PARAMS_21, caller=_CALLER_21, int_parser="format_i",
-    too_many_groups="too many groups", can_vfork=False, posix_spawn_environ=True,
-    wrong_count="fork_exec() takes exactly {wanted} arguments ({given} given)",
-    mp_default="fork",
-)
+_V39 = Internals(params=_PARAMS_21, caller=_CALLER_21, can_vfork=False, mp_default="fork")
 _V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, can_vfork=True)
-_CLINIC_COUNT = "fork_exec expected {wanted} arguments, got {given}"
-_V313 = _V311._replace(int_parser="clinic", too_many_groups="too many extra_groups",
-                       posix_spawn_environ=False, wrong_count=_CLINIC_COUNT)
 # 3.14: fork_exec lost allow_vfork (22 arguments), subprocess lost _USE_VFORK;
 # multiprocessing defaults to forkserver.
-_V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
+_V314 = _V311._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
 
-#: Keyed by sys.version_info[:2]: what changed with a minor release only (a
-#: signature, Argument Clinic, a new os.posix_spawn feature, a default).
+#: Keyed by sys.version_info[:2]: what changed with a minor release only and
+#: cannot be looked up (the signatures; can_vfork and mp_default, see above).
 #: Every entry was read from that version's sources and checked by running it
 #: (3.14 and 3.15: Debian's python3.14 3.14.10 and python3.15 3.15.2, in
 #: .ci/lanes/sid.sh). require() also checks each call at run time and refuses
@@ -164,9 +166,8 @@ TABLE: dict[tuple[int, int], Internals] = {
     (3, 9): _V39,
     (3, 10): _V39._replace(can_vfork=True),
     (3, 11): _V311,
-    (3, 12): _V311._replace(int_parser="clinic", too_many_groups="too many extra_groups",
-                            wrong_count=_CLINIC_COUNT),
-    (3, 13): _V313,
+    (3, 12): _V311,
+    (3, 13): _V311,
     (3, 14): _V314,
     (3, 15): _V314,
 }
@@ -182,10 +183,40 @@ def _posix_spawn_str_nul() -> str:
     raise AssertionError("os.posix_spawn took a path with a NUL")  # pragma: no cover
 
 
+#: By fork_exec's parser: its wrong-count TypeError (PyArg_ParseTuple's, or
+#: Argument Clinic's _PyArg_CheckPositional) and its too-many-groups ValueError.
+_WORDINGS = {
+    "format_i": ("fork_exec() takes exactly {wanted} arguments ({given} given)",
+                 "too many groups"),
+    "clinic": ("fork_exec expected {wanted} arguments, got {given}", "too many extra_groups"),
+}
+
+
+def _fork_exec_parser(wanted: int) -> str:
+    """Which parser CPython's fork_exec has ("" if neither), by its TypeError
+    for no arguments: both count them first, so nothing is converted and
+    nothing starts (Modules/_posixsubprocess.c, 3.9-3.15). CPython's own, below
+    any wrapper that names it (RDMASPAWN's stand-ins, the guard's wrappers):
+    a stand-in's call would run the deferred patch() from inside require()."""
+    try:
+        innermost(_posixsubprocess.fork_exec)()
+    except TypeError as exc:
+        said = str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("fork_exec took no arguments")
+    for parser, (count, _) in _WORDINGS.items():
+        if said == count.format(wanted=wanted, given=0):
+            return parser
+    return ""
+
+
 def _looked_up(internals: Internals) -> Internals:
-    """``internals`` with the rows a patch release can change read from this
-    CPython (Debian 12's 3.11.2 has no _get_handles cleanup; 3.11.7 has)."""
+    """``internals`` with the rows a patch release, a build or a distribution
+    can change read from this CPython (Debian 12's 3.11.2 has no _get_handles
+    cleanup; 3.11.7 has). Called by require() before patch() puts its own
+    fork_exec and Popen methods in place."""
     popen: Any = subprocess.Popen
+    parser = _fork_exec_parser(len(internals.params))
     return internals._replace(
         home=(("subprocess", "_fork_exec") if hasattr(subprocess, "_fork_exec")
               else ("_posixsubprocess", "fork_exec")),
@@ -193,6 +224,11 @@ def _looked_up(internals: Internals) -> Internals:
                    else b"noexec"),
         posix_spawn_str_nul=_posix_spawn_str_nul(),
         get_handles_cleans_up=hasattr(popen, "_on_error_fd_closer"),
+        int_parser=parser,
+        wrong_count=_WORDINGS[parser][0] if parser else "",
+        too_many_groups=_WORDINGS[parser][1] if parser else "",
+        # CPython's own, below a stand-in (standin.py) that may still be there.
+        posix_spawn_environ="environ" in innermost(popen._posix_spawn).__code__.co_names,
     )
 
 
@@ -243,6 +279,11 @@ def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
             f"(it knows {min(TABLE)[0]}.{min(TABLE)[1]}-{max(TABLE)[0]}.{max(TABLE)[1]}): "
             "rdmaspawn.Popen and rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works. "
             "Upgrade rdmaspawn (pip install -U rdmaspawn), or run a CPython it knows")
+    if not internals.int_parser:
+        raise UnsupportedPython(
+            f"{shown}'s _posixsubprocess.fork_exec parses its arguments in a way rdmaspawn "
+            "does not know: rdmaspawn.Popen and rdmaspawn.patch() are unavailable; "
+            "rdmaspawn.spawn() works. Upgrade rdmaspawn (pip install -U rdmaspawn)")
     loads = _caller_loads(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
                           internals.home)
     if loads != internals.caller:
