@@ -112,13 +112,15 @@ class Internals(NamedTuple):
     #: (subprocess._USE_VFORK came with 3.10.5 and left with 3.14, which still
     #: vforks); only a fork_exec call that starts a child would show it.
     can_vfork: bool
-    #: multiprocessing's default start method on Linux ("forkserver" from 3.14).
+    #: multiprocessing's default start method on Linux ("forkserver" from 3.14;
+    #: "spawn" there in a build whose socket cannot pass fds, not seen here).
     #: Kept here: only tests read it; looking would import multiprocessing
     #: (start-up does not), and once rdmaspawn's start_method preference is in
     #: force, multiprocessing holds ours in the place CPython's default was.
     mp_default: str
     # Looked up in the running CPython by _looked_up(), never read from TABLE:
-    # a patch release can differ (the defaults below are never used).
+    # a patch release, a build or a distribution can differ (the defaults
+    # below are never used).
     #: Where _execute_child finds fork_exec: (module name, attribute); the
     #: 3.11+ alias subprocess._fork_exec where there is one.
     home: tuple[str, str] = ("", "")
