@@ -170,9 +170,9 @@ class ForkWorker:
                                      text=True, env=_environment())
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            raise RuntimeError(f"{variant} worker ({size} bytes) failed: exit {self.proc.returncode}")
+        if not line:  # its own message is on stderr already
+            raise SystemExit(f"repaircost --real: the {variant} worker ({size} bytes) "
+                             f"exited {self.proc.wait()}")
         self.state: dict[str, Any] = json.loads(line)
 
     def once(self) -> dict[str, float]:
@@ -270,7 +270,9 @@ def run_vmas(cycles: int, large_mib: int, large_every: int, window: int) -> dict
         proc = subprocess.run(
             python_command(VMAS, variant, str(cycles), str(large_mib * MIB), str(large_every),
                            str(window)),
-            stdout=subprocess.PIPE, text=True, env=_environment(), check=True)
+            stdout=subprocess.PIPE, text=True, env=_environment())
+        if proc.returncode != 0:  # its own message is on stderr already
+            raise SystemExit(f"repaircost --vmas: the {variant} worker exited {proc.returncode}")
         lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
         end = lines[-1]
         end["counts"] = [(x["cycle"], x["mappings"]) for x in lines[:-1]]

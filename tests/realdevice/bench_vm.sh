@@ -47,7 +47,7 @@ mkdir -p "$work/src" "$work/wheel"
 mkdir -p "$work/tests"
 cp -r "$here" "$work/tests/" && cp "$repo/tests/vm_watchdog.sh" "$work/tests/"
 
-q() { printf '%q ' "$@"; }
+q() { [ $# -eq 0 ] || printf '%q ' "$@"; }  # no arguments: not one empty one
 rc=0
 for suite in $kernels; do
   job="$work/vm-$suite"
