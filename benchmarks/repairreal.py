@@ -27,6 +27,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 from typing import Any
 
 from rdmaspawn._host.interpreter import python_command
@@ -201,6 +202,9 @@ def measure(size: int, rounds: int) -> dict[str, Any]:
                 w.close()
                 continue
             workers[variant] = w
+        # A line per size on stderr: the VM's watchdog (tests/vm_watchdog.sh)
+        # takes a silent console for a hang, and a GiB's rounds are minutes of TCG.
+        _progress(f"{size // MIB} MiB registered in {', '.join(workers)}; {rounds} rounds")
         times: dict[str, list[dict[str, float]]] = {v: [] for v in workers}
         for r in range(rounds):
             order = list(workers) if r % 2 == 0 else list(workers)[::-1]
@@ -216,6 +220,10 @@ def measure(size: int, rounds: int) -> dict[str, Any]:
             "fork_ms": statistics.median(forks), "child_rss_mib": statistics.median(rss),
             "dc_mib": w.state["dc"] / MIB, "device": w.state["device"], "forks_ms": forks}
     return row
+
+
+def _progress(line: str) -> None:
+    print(f"repaircost: {line}", file=sys.stderr, flush=True)
 
 
 def _cell(row: dict[str, Any], variant: str, key: str, fmt: str) -> str:
@@ -267,6 +275,7 @@ def run_vmas(cycles: int, large_mib: int, large_every: int, window: int) -> dict
                               "cycles": cycles, "large_mib": large_mib,
                               "large_every": large_every, "window": window, "variants": {}}
     for variant in ("stock", "repaired"):
+        _progress(f"--vmas: {cycles} cycles, {variant}")
         proc = subprocess.run(
             python_command(VMAS, variant, str(cycles), str(large_mib * MIB), str(large_every),
                            str(window)),

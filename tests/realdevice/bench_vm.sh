@@ -12,9 +12,11 @@
 # (fetch.sh's directory, default ~/.cache/rdmaspawn/rxe); BENCH_WORK (a
 # scratch directory, default a new one under /tmp; its vm-SUITE/bench.log
 # keeps each VM's output); CI_PYENV (default ~/.pyenv/versions: CPython 3.13,
-# as the lane's 6.1 VM); RDMASPAWN_VM_MEM (default here 4096M: a GiB
-# registered in each of three processes, and one fork child's copy of it),
-# RDMASPAWN_VM_ACCEL (default tcg), RDMASPAWN_VM_SMP: rxe_vm.sh's.
+# as the lane's 6.1 VM); BENCH_DOC (a page of the checkout, e.g.
+# docs/real-device-tests.md: the 6.1 VM's run writes its two blocks there,
+# --doc, copied back once the VM exits 0); RDMASPAWN_VM_MEM (default here
+# 5120M: a GiB registered in each of three processes, and one fork child's
+# copy of it), RDMASPAWN_VM_ACCEL (default tcg), RDMASPAWN_VM_SMP: rxe_vm.sh's.
 # The wheel is built from this checkout's files (tracked and untracked, as
 # the lane builds it), so a run measures the working tree.
 set -uo pipefail
@@ -25,7 +27,8 @@ cache=${RDMASPAWN_RXE_CACHE:-$HOME/.cache/rdmaspawn/rxe}
 pyenv=${CI_PYENV:-$HOME/.pyenv/versions}
 work=${BENCH_WORK:-$(mktemp -d /tmp/rdmaspawn-bench.XXXXXX)}
 kernels=${BENCH_KERNELS:-bookworm bullseye}
-export RDMASPAWN_VM_MEM=${RDMASPAWN_VM_MEM:-4096M}
+export RDMASPAWN_VM_MEM=${RDMASPAWN_VM_MEM:-5120M}
+doc=${BENCH_DOC:-}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 start=$SECONDS
@@ -53,6 +56,11 @@ for suite in $kernels; do
   job="$work/vm-$suite"
   mkdir -p "$job"
   printf '%s\n' /usr /etc "$pyenv" "$work" >"$job/binds"
+  # The page's copy in the job directory: the VM cannot write the checkout.
+  docarg=""
+  if [ -n "$doc" ] && [ "$suite" = bookworm ]; then
+    cp "$repo/$doc" "$job/page.md" && docarg="--doc $job/page.md"
+  fi
   # The job: rxe0, then the benchmark in /tmp (a tmpfs: the VM's / is the
   # host's, read-only), its output also kept in the job directory.
   cat >"$job/job.sh" <<JOB
@@ -64,9 +72,9 @@ cd /tmp
 rc=0
 # The guest's own clock and CPU for each run (bash's time counts the children).
 TIMEFORMAT="bench: %R s wall, %U s user, %S s sys"
-time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --real $(q "$@") || rc=1
+time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --real $docarg $(q "$@") || rc=1
 if [ "${BENCH_VMAS:-1}" = 1 ]; then
-  time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --vmas ${BENCH_VMAS_ARGS:-} || rc=1
+  time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --vmas $docarg ${BENCH_VMAS_ARGS:-} || rc=1
 fi
 exit \$rc
 JOB
@@ -76,5 +84,8 @@ JOB
   vm_rc=${PIPESTATUS[0]}
   say "$suite: exit $vm_rc, $((SECONDS - t0)) s of wall clock ($(grep -o 'qemu used .*' "$job/bench.log"))"
   [ "$vm_rc" -eq 0 ] || rc=1
+  if [ -n "$docarg" ] && [ "$vm_rc" -eq 0 ]; then
+    cp "$job/page.md" "$repo/$doc" && say "wrote the blocks into $doc"
+  fi
 done
 exit $rc
