@@ -32,6 +32,7 @@ marked, repaired and unmarked, and prints the table and one JSON line;
     python -m rdmaspawn.bench.repaircost [--shapes 360:0,360:1,360:100,30000:0,...]
                                          [--rounds 21] [--doc PAGE]
     python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
+                                         [--variants marked,repaired,unmarked,swept]
     python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
                                          [--large-every 1] [--window 16]
 """
@@ -160,6 +161,8 @@ def main() -> None:
     mode.add_argument("--vmas", action="store_true",
                       help="mappings through register/deregister cycles on an RDMA device")
     parser.add_argument("--sizes", default="0,64,512,1024", help="--real: MiB registered")
+    parser.add_argument("--variants", default=",".join(repairreal.DEFAULT_VARIANTS),
+                        help=f"--real: of {','.join(repairreal.VARIANTS)} (default: %(default)s)")
     parser.add_argument("--cycles", type=int, default=10000, help="--vmas (default: %(default)s)")
     parser.add_argument("--large-mib", type=int, default=8, help="--vmas (default: %(default)s)")
     parser.add_argument("--large-every", type=int, default=1,
@@ -176,8 +179,12 @@ def main() -> None:
     if args.real:
         rounds = args.rounds or 11
         check_page("repaircost-real", args.doc)
-        lines, summary = repairreal.run_forks([int(s) for s in args.sizes.split(",")], rounds)
+        variants = tuple(args.variants.split(","))
+        lines, summary = repairreal.run_forks([int(s) for s in args.sizes.split(",")], rounds,
+                                              variants)
         extra = "" if args.sizes == "0,64,512,1024" else f" --sizes {args.sizes}"
+        if variants != repairreal.DEFAULT_VARIANTS:
+            extra += f" --variants {args.variants}"
         publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc)
         print(json.dumps(summary))
         return

@@ -14,7 +14,9 @@ child's answer + ``waitpid()``; the child reads its own ``VmRSS`` first:
 - repaired: ``rdmaspawn.repair_fork()`` in force before registering (a
   kernel where it refuses gets no such column, and the reason is printed);
 - unmarked: marked, then ``madvise(MADV_DOFORK)`` over the registration, as
-  the sweep of the repair issue 47 replaces did: the copy's cost.
+  the sweep of the repair issue 47 replaces did: the copy's cost;
+- swept (``--variants``, not by default): registered, then ``repair_fork()``:
+  the marks made before it, which its sweep of smaps finds.
 
 ``--vmas``: the process's mappings (lines of /proc/self/maps) through cycles
 of register/deregister, small malloc()ed buffers and large ones, without and
@@ -32,7 +34,9 @@ from typing import Any
 
 from rdmaspawn._host.interpreter import python_command
 
-VARIANTS = ("marked", "repaired", "unmarked")
+VARIANTS = ("marked", "repaired", "unmarked", "swept")
+DEFAULT_VARIANTS = VARIANTS[:3]
+REPAIRING = ("repaired", "swept")  # the columns a kernel that refuses has none of
 MIB = 1 << 20
 
 # What both workers share: libibverbs through ctypes, the device's first
@@ -105,6 +109,8 @@ if size:
     register(address, size)
     if variant == "unmarked" and libc.madvise(address, size, 11) != 0:  # MADV_DOFORK
         sys.exit(f"madvise(MADV_DOFORK): {os.strerror(ctypes.get_errno())}")
+if variant == "swept":
+    state.update(repair())
 state["dc"] = dc_bytes(address, address + size) if size else 0
 print(json.dumps(state), flush=True)
 for line in sys.stdin:
@@ -188,16 +194,16 @@ class ForkWorker:
         self.proc.wait()
 
 
-def measure(size: int, rounds: int) -> dict[str, Any]:
+def measure(size: int, rounds: int, variants: tuple[str, ...]) -> dict[str, Any]:
     """One size: each variant's state, fork milliseconds and child VmRSS (KiB) per round."""
     row: dict[str, Any] = {"size_mib": size / MIB, "variants": {}, "refused": None}
     workers: dict[str, ForkWorker] = {}
     try:
         # One at a time: three registrations of a GiB being pinned at once
         # would only measure the machine's memory.
-        for variant in VARIANTS:
+        for variant in variants:
             w = ForkWorker(variant, size)
-            if variant == "repaired" and not w.state["active"]:
+            if variant in REPAIRING and not w.state["active"]:
                 row["refused"] = w.state["reason"]
                 w.close()
                 continue
@@ -229,26 +235,26 @@ def _progress(line: str) -> None:
 def _cell(row: dict[str, Any], variant: str, key: str, fmt: str) -> str:
     v = row["variants"].get(variant)
     if v is None:
-        return "refused" if variant == "repaired" else "-"
+        return "refused" if variant in REPAIRING else "-"
     return format(v[key], fmt)
 
 
-def render(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| registered | marked fork | repaired fork | unmarked fork | repaired / marked "
-             "| child RSS marked | repaired | unmarked | dc MiB marked / repaired / unmarked |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def render(rows: list[dict[str, Any]], variants: tuple[str, ...]) -> list[str]:
+    ratios = [k for k in REPAIRING if k in variants and "marked" in variants]
+    lines = ["| registered | " + " | ".join(f"{k} fork" for k in variants)
+             + "".join(f" | {k} / marked" for k in ratios)
+             + " | child RSS " + " | ".join(variants)
+             + " | dc MiB " + " / ".join(variants) + " |",
+             "|---:" * (1 + 2 * len(variants) + len(ratios) + 1) + "|"]
     for row in rows:
         v = row["variants"]
-        ratio = (f"{v['repaired']['fork_ms'] / v['marked']['fork_ms']:.2f}x"
-                 if "repaired" in v else "-")
-        dc = " / ".join(_cell(row, k, "dc_mib", ".0f") for k in VARIANTS)
-        lines.append(
-            f"| {row['size_mib']:.0f} MiB | "
-            + " | ".join(_cell(row, k, "fork_ms", ".2f") + " ms" * (k in v) for k in VARIANTS)
-            + f" | {ratio} | "
-            + " | ".join(_cell(row, k, "child_rss_mib", ".0f") + " MiB" * (k in v)
-                         for k in VARIANTS)
-            + f" | {dc} |")
+        cells = [f"{row['size_mib']:.0f} MiB"]
+        cells += [_cell(row, k, "fork_ms", ".2f") + " ms" * (k in v) for k in variants]
+        cells += [f"{v[k]['fork_ms'] / v['marked']['fork_ms']:.2f}x" if k in v else "-"
+                  for k in ratios]
+        cells += [_cell(row, k, "child_rss_mib", ".0f") + " MiB" * (k in v) for k in variants]
+        cells.append(" / ".join(_cell(row, k, "dc_mib", ".0f") for k in variants))
+        lines.append("| " + " | ".join(cells) + " |")
     refused = {row["refused"] for row in rows if row["refused"]}
     lines += [f"\nrepair_fork() refused: {why}" for why in sorted(refused)]
     return lines
@@ -261,12 +267,17 @@ def heading(rounds: int, extra: str) -> str:
             "fork of each variant in its own process, the child's VmRSS read right after fork:")
 
 
-def run_forks(sizes_mib: list[int], rounds: int) -> tuple[list[str], dict[str, Any]]:
+def run_forks(sizes_mib: list[int], rounds: int,
+              variants: tuple[str, ...] = DEFAULT_VARIANTS) -> tuple[list[str], dict[str, Any]]:
     """The table's lines and the run as one JSON-ready dict."""
-    rows = [measure(s * MIB, rounds) for s in sizes_mib]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"repaircost --real: no variant {', '.join(sorted(unknown))}")
+    rows = [measure(s * MIB, rounds, variants) for s in sizes_mib]
     summary = {"bench": "repaircost-real", "kernel": platform.release(),
-               "python": platform.python_version(), "rounds": rounds, "rows": rows}
-    return render(rows), summary
+               "python": platform.python_version(), "rounds": rounds,
+               "variants": list(variants), "rows": rows}
+    return render(rows, variants), summary
 
 
 def run_vmas(cycles: int, large_mib: int, large_every: int, window: int) -> dict[str, Any]:

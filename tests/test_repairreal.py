@@ -27,12 +27,22 @@ def test_the_table_has_a_row_per_size_and_says_refused() -> None:
         {"size_mib": 512.0, "refused": "the kernel does not say it copies",
          "variants": {"marked": _variant(10.0, 7, 512), "unmarked": _variant(900.0, 519, 0)}},
     ]
-    lines = render(rows)
+    lines = render(rows, ("marked", "repaired", "unmarked"))
     assert lines[2] == ("| 64 MiB | 10.00 ms | 20.00 ms | 170.00 ms | 2.00x "
                         "| 7 MiB | 71 MiB | 71 MiB | 64 / 0 / 0 |")
     assert lines[3] == ("| 512 MiB | 10.00 ms | refused | 900.00 ms | - "
                         "| 7 MiB | refused | 519 MiB | 512 / refused / 0 |")
     assert lines[-1] == "\nrepair_fork() refused: the kernel does not say it copies"
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+
+
+def test_the_swept_variant_gets_its_own_columns() -> None:
+    row = {"size_mib": 1.0, "refused": None,
+           "variants": {"marked": _variant(10.0, 7, 1), "swept": _variant(30.0, 8, 1)}}
+    lines = render([row], ("marked", "swept"))
+    assert lines[0] == ("| registered | marked fork | swept fork | swept / marked "
+                        "| child RSS marked | swept | dc MiB marked / swept |")
+    assert lines[2] == "| 1 MiB | 10.00 ms | 30.00 ms | 3.00x | 7 MiB | 8 MiB | 1 / 1 |"
 
 
 def test_the_mappings_table_pairs_the_counts() -> None:
