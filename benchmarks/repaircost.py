@@ -33,6 +33,7 @@ marked, repaired and unmarked, and prints the table and one JSON line;
                                          [--rounds 21] [--doc PAGE]
     python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
                                          [--variants marked,repaired,unmarked,swept]
+                                         [--placement mmap|malloc]
     python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
                                          [--large-every 1] [--window 16]
 """
@@ -163,6 +164,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="0,64,512,1024", help="--real: MiB registered")
     parser.add_argument("--variants", default=",".join(repairreal.DEFAULT_VARIANTS),
                         help=f"--real: of {','.join(repairreal.VARIANTS)} (default: %(default)s)")
+    parser.add_argument("--placement", choices=("mmap", "malloc"), default="mmap",
+                        help="--real: each registration a mapping of its own, or a malloc()ed "
+                             "block (default: %(default)s)")
     parser.add_argument("--cycles", type=int, default=10000, help="--vmas (default: %(default)s)")
     parser.add_argument("--large-mib", type=int, default=8, help="--vmas (default: %(default)s)")
     parser.add_argument("--large-every", type=int, default=1,
@@ -181,10 +185,12 @@ def main() -> None:
         check_page("repaircost-real", args.doc)
         variants = tuple(args.variants.split(","))
         lines, summary = repairreal.run_forks([int(s) for s in args.sizes.split(",")], rounds,
-                                              variants)
+                                              variants, args.placement)
         extra = "" if args.sizes == "0,64,512,1024" else f" --sizes {args.sizes}"
         if variants != repairreal.DEFAULT_VARIANTS:
             extra += f" --variants {args.variants}"
+        if args.placement != "mmap":
+            extra += f" --placement {args.placement}"
         publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc)
         print(json.dumps(summary))
         return

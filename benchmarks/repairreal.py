@@ -6,17 +6,21 @@ registration it may no longer leave out of the child (issue 47) shows only
 with memory really registered: ``ibv_reg_mr()`` on an RDMA device (rxe0 in
 the soft-RoCE VM, tests/realdevice/bench_vm.sh), through ctypes as
 tests/realdevice/verbs.py registers, with ``RDMAV_FORK_SAFE=1`` so that
-libibverbs marks. Per registered size, three workers take turns round by
+libibverbs marks. Per registered size, a worker per variant; they take turns round by
 round (the machine's load hits all alike), each timing ``os.fork()`` + the
 child's answer + ``waitpid()``; the child reads its own ``VmRSS`` first:
 
-- marked: the registration is a mapping of its own, marked by libibverbs;
+- marked: the registration (a mapping of its own), marked by libibverbs;
 - repaired: ``rdmaspawn.repair_fork()`` in force before registering (a
   kernel where it refuses gets no such column, and the reason is printed);
 - unmarked: marked, then ``madvise(MADV_DOFORK)`` over the registration, as
   the sweep of the repair issue 47 replaces did: the copy's cost;
 - swept (``--variants``, not by default): registered, then ``repair_fork()``:
   the marks made before it, which its sweep of smaps finds.
+
+``--placement malloc``: each registration a malloc()ed block instead of a
+mapping of its own (glibc maps a large one, its header on the first page,
+which a child's malloc may touch: the edge a repair must leave unmarked).
 
 ``--vmas``: the process's mappings (lines of /proc/self/maps) through cycles
 of register/deregister, small malloc()ed buffers and large ones, without and
@@ -96,15 +100,18 @@ def repair():
 # One fork worker: registers its size, says what is marked, then answers each
 # line on stdin with one fork's milliseconds and the child's VmRSS.
 FORKS = VERBS + r"""
-variant, size = sys.argv[1], int(sys.argv[2])
+variant, size, placement = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 state = {"variant": variant, "device": names[device], "size": size}
 if variant == "repaired":
     state.update(repair())
 address = 0
 if size:
-    address = libc.mmap(None, size, 3, 0x22, -1, 0)  # RW, MAP_PRIVATE | MAP_ANONYMOUS
-    if address in (None, ctypes.c_void_p(-1).value):
-        sys.exit(f"mmap({size}): {os.strerror(ctypes.get_errno())}")
+    if placement == "malloc":  # glibc maps it: its header shares the first page
+        address = libc.malloc(size)
+    else:
+        address = libc.mmap(None, size, 3, 0x22, -1, 0)  # RW, MAP_PRIVATE | MAP_ANONYMOUS
+    if address in (None, 0, ctypes.c_void_p(-1).value):
+        sys.exit(f"{placement}({size}): {os.strerror(ctypes.get_errno())}")
     ctypes.memset(address, 0x5a, size)  # resident before it is pinned, as data would be
     register(address, size)
     if variant == "unmarked" and libc.madvise(address, size, 11) != 0:  # MADV_DOFORK
@@ -171,8 +178,8 @@ def _environment() -> dict[str, str]:
 
 
 class ForkWorker:
-    def __init__(self, variant: str, size: int) -> None:
-        self.proc = subprocess.Popen(python_command(FORKS, variant, str(size)),
+    def __init__(self, variant: str, size: int, placement: str) -> None:
+        self.proc = subprocess.Popen(python_command(FORKS, variant, str(size), placement),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=_environment())
         assert self.proc.stdout is not None
@@ -194,7 +201,7 @@ class ForkWorker:
         self.proc.wait()
 
 
-def measure(size: int, rounds: int, variants: tuple[str, ...]) -> dict[str, Any]:
+def measure(size: int, rounds: int, variants: tuple[str, ...], placement: str) -> dict[str, Any]:
     """One size: each variant's state, fork milliseconds and child VmRSS (KiB) per round."""
     row: dict[str, Any] = {"size_mib": size / MIB, "variants": {}, "refused": None}
     workers: dict[str, ForkWorker] = {}
@@ -202,7 +209,7 @@ def measure(size: int, rounds: int, variants: tuple[str, ...]) -> dict[str, Any]
         # One at a time: three registrations of a GiB being pinned at once
         # would only measure the machine's memory.
         for variant in variants:
-            w = ForkWorker(variant, size)
+            w = ForkWorker(variant, size, placement)
             if variant in REPAIRING and not w.state["active"]:
                 row["refused"] = w.state["reason"]
                 w.close()
@@ -267,16 +274,16 @@ def heading(rounds: int, extra: str) -> str:
             "fork of each variant in its own process, the child's VmRSS read right after fork:")
 
 
-def run_forks(sizes_mib: list[int], rounds: int,
-              variants: tuple[str, ...] = DEFAULT_VARIANTS) -> tuple[list[str], dict[str, Any]]:
+def run_forks(sizes_mib: list[int], rounds: int, variants: tuple[str, ...] = DEFAULT_VARIANTS,
+              placement: str = "mmap") -> tuple[list[str], dict[str, Any]]:
     """The table's lines and the run as one JSON-ready dict."""
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"repaircost --real: no variant {', '.join(sorted(unknown))}")
-    rows = [measure(s * MIB, rounds, variants) for s in sizes_mib]
+    rows = [measure(s * MIB, rounds, variants, placement) for s in sizes_mib]
     summary = {"bench": "repaircost-real", "kernel": platform.release(),
                "python": platform.python_version(), "rounds": rounds,
-               "variants": list(variants), "rows": rows}
+               "variants": list(variants), "placement": placement, "rows": rows}
     return render(rows, variants), summary
 
 
