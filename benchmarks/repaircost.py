@@ -177,7 +177,8 @@ def main() -> None:
     if args.vmas:
         check_page("repaircost-vmas", args.doc)
         result = repairreal.run_vmas(args.cycles, args.large_mib, args.large_every, args.window)
-        publish("repaircost-vmas", repairreal.render_vmas(result), args.doc)
+        publish("repaircost-vmas", repairreal.render_vmas(result), args.doc,
+                "repaircost --vmas --doc")
         print(json.dumps(result))
         return
     if args.real:
@@ -191,7 +192,8 @@ def main() -> None:
             extra += f" --variants {args.variants}"
         if args.placement != "mmap":
             extra += f" --placement {args.placement}"
-        publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc)
+        publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc,
+                "repaircost --real --doc")
         print(json.dumps(summary))
         return
     rounds = args.rounds or 21
