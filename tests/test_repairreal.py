@@ -52,8 +52,12 @@ def test_the_mappings_table_pairs_the_counts() -> None:
     result = {"cycles": 1000, "large_mib": 8, "large_every": 1, "window": 16, "variants": {
         k: {"device": "rxe0", "counts": c, "mappings": c[-1][1], "seconds": 1.0}
         for k, c in counts.items()}}
+    result["variants"]["repaired"]["active"] = True
     lines = render_vmas(result)
     assert "| 1,000 | 160 | 221 |" in lines and "| end | 160 | 221 |" in lines
+    assert "| cycle | stock | repaired |" in lines
+    result["variants"]["repaired"]["active"] = False  # Linux 5.10
+    assert "| cycle | stock | repair_fork() refused |" in render_vmas(result)
 
 
 @pytest.mark.skipif(os.path.exists("/sys/class/infiniband"), reason="an RDMA device is here")

@@ -8,7 +8,9 @@
 #   bash tests/realdevice/bench_vm.sh [ARGS for --real...]     (root: 9p export of /)
 #
 # Environment: BENCH_KERNELS (default "bookworm bullseye": 6.1, 5.10);
-# BENCH_VMAS (default 1: also --vmas, with BENCH_VMAS_ARGS); RDMASPAWN_RXE_CACHE
+# BENCH_VMAS (default 1: also --vmas, with BENCH_VMAS_ARGS); BENCH_REAL2 (the
+# arguments of a second --real, no --doc: e.g. "--placement malloc --variants
+# marked,repaired,unmarked,swept --sizes 0,64,512"); RDMASPAWN_RXE_CACHE
 # (fetch.sh's directory, default ~/.cache/rdmaspawn/rxe); BENCH_WORK (a
 # scratch directory, default a new one under /tmp; its vm-SUITE/bench.log
 # keeps each VM's output); CI_PYENV (default ~/.pyenv/versions: CPython 3.13,
@@ -21,6 +23,9 @@
 # the lane builds it), so a run measures the working tree.
 set -uo pipefail
 exec </dev/null
+# One group, read whole before it runs: bash reads a script as it goes, and
+# an edit to this file during a run (minutes) would land in the middle of it.
+{
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${RDMASPAWN_RXE_CACHE:-$HOME/.cache/rdmaspawn/rxe}
@@ -73,6 +78,9 @@ rc=0
 # The guest's own clock and CPU for each run (bash's time counts the children).
 TIMEFORMAT="bench: %R s wall, %U s user, %S s sys"
 time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --real $docarg $(q "$@") || rc=1
+if [ -n "${BENCH_REAL2:-}" ]; then
+  time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --real ${BENCH_REAL2:-} || rc=1
+fi
 if [ "${BENCH_VMAS:-1}" = 1 ]; then
   time "$work/venv/bin/python" -m rdmaspawn.bench.repaircost --vmas $docarg ${BENCH_VMAS_ARGS:-} || rc=1
 fi
@@ -89,3 +97,4 @@ JOB
   fi
 done
 exit $rc
+}
