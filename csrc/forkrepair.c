@@ -1,70 +1,136 @@
 /*
- * The fork repair: keep libibverbs' MADV_DONTFORK marks out of every fork()
- * on a kernel that copies DMA-pinned pages into the child.
+ * The fork repair: keep libibverbs' MADV_DONTFORK marks off the pages a
+ * fork() child needs, on a kernel that copies DMA-pinned pages into the child.
  *
  * Since Linux 5.9 fork() gives the child its own copy of an anonymous page
  * that is pinned for DMA, instead of sharing it copy-on-write (hugetlb pages
- * followed), so the parent keeps the very page the device writes to and the
- * MADV_DONTFORK mark protects nothing; from 5.13 the kernel says so over RDMA
- * netlink. libibverbs of rdma-core 35-50 marks every registration all the
- * same once ibv_fork_init() ran (NCCL calls it; RDMAV_FORK_SAFE does), and a
- * mark rounded out to whole pages takes malloc's arena headers and Python's
- * objects out of every fork() child. The caller (rdmaspawn/_native/forkrepair.py)
- * asks the kernel first and starts this only where it answered yes.
+ * followed); from 5.13 the kernel says so over RDMA netlink. libibverbs of
+ * rdma-core 35-50 marks every registration all the same once ibv_fork_init()
+ * ran (NCCL calls it; RDMAV_FORK_SAFE does), rounded out to whole pages, and
+ * the pages the rounding takes from others (malloc's chunk headers, Python's
+ * objects) are then missing in every fork() child. The caller
+ * (rdmaspawn/_native/forkrepair.py) asks the kernel first and starts this
+ * only where it answered yes.
  *
- * How, in three parts, each cheaper than a fork:
+ * What a child can need of a registration is its first and last page: the
+ * ones it may share with other data. The pages wholly inside it hold the
+ * registered buffer alone, which a child never had under ibv_fork_init() and
+ * which the kernel would otherwise copy into every child. So:
  *
- *   what                         when                      cost
- *   ---------------------------  ------------------------  --------------------------
- *   rewrite libibverbs' call     on start, and at the      one GOT slot per libibverbs
- *   to madvise (repair_madvise)  first fork after a        (gotslot.c); after that,
- *                                libibverbs is loaded      nothing: no mark is made
- *   un-mark what was marked      with each rewrite         one /proc/self/smaps read
- *   before (unmark.c)                                      (unmark.c), driver memory left
- *   look for a new libibverbs    every fork() of glibc's   a walk of the loader's list
- *                                (pthread_atfork prepare)  of objects, no lock taken
+ *   what                          when                       cost
+ *   ----------------------------  -------------------------  ----------------------
+ *   libibverbs' madvise() slot    at the start, and at the   one GOT slot per
+ *   points at repair_madvise:     first fork after a         libibverbs (gotslot.c)
+ *   a mark covers the inner       libibverbs is loaded and
+ *   pages only                    relocated
+ *   marks made before are swept   with each new libibverbs   one /proc/self/smaps
+ *   where a child trips on them                              read (unmark.c)
+ *   look for a new libibverbs     every fork() of glibc's    a walk of the loader's
+ *                                 (pthread_atfork prepare)   list, no lock taken
  *
- * repair_madvise() turns MADV_DONTFORK into MADV_DOFORK: same range, same
- * checks by the kernel, same answer to libibverbs, and a range that was
- * marked by anyone is un-marked. Where the kernel refuses that (EINVAL: a
- * VM_IO mapping in the range, where DOFORK is not allowed), it marks as asked:
- * driver memory keeps its mark. Every other call goes through unchanged.
+ * A registration smaller than RS_MARK_MIN inner bytes is not marked at all:
+ * each mark splits its mapping in up to three (vm.max_map_count), and copying
+ * a few pages at fork costs less than that (docs/how-it-works.md: the
+ * measurement). Marks other code makes, deregistrations (MADV_DOFORK) and
+ * every other advice go through unchanged; the kernel's and the drivers' own
+ * marks are never touched (unmark.c).
  *
- * Because the mark is never made, a registration in another thread cannot
- * slip a mark in between a check and a fork; a deregistration (MADV_DOFORK)
- * was harmless before and is now. The marker mapping ("/memfd:rdmaspawn-fork-
- * repair") tells the doctor, from outside, that the repair is in force.
+ * The marker mapping ("/memfd:rdmaspawn-fork-repair") tells the doctor, from
+ * outside, that the repair is in force.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "arch.h"
+#include "exactmarks.h"
 #include "gotslot.h"
 #include "rdmaspawn.h"
 #include "unmark.h"
+
+/* The inner bytes below which a registration is left unmarked. */
+#define RS_MARK_MIN (64UL << 10)
 
 typedef int (*madvise_fn)(void *, size_t, int);
 
 static int repairing;                  /* rs_repair_start() ran */
 static madvise_fn next_madvise;        /* what libibverbs called before (libc's, or a hook's) */
-static long rewritten, unmarked, sweeps, libraries;
+static unsigned long page;
+static long rewritten, unmarked, kept_small, sweeps, libraries;
 static int looking;                    /* the thread id of the look under way, 0 if none */
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static int start_rc;
 
+/* The slots rewritten, with what each held before: a slot found holding
+ * something else since is another hook that calls ours (another copy of this
+ * core, a memory tracer), left alone so that no two hooks call each other in
+ * a circle; one holding its old value again is a libibverbs loaded anew. */
+#define RS_SLOTS 16
+static struct { void **slot; void *was; } slots[RS_SLOTS];
+
+/* Threads inside next_madvise now: a hook that, through a chain rebuilt by
+ * someone else, calls back into ours on the same thread is given the kernel
+ * directly instead of going round again. */
+#define RS_CALLERS 64
+static int callers[RS_CALLERS];
+
+static int set_errno(long rc)
+{
+    if (rc < 0) {
+        errno = (int)-rc;
+        return -1;
+    }
+    return 0;
+}
+
+static int call_next(void *addr, size_t len, int advice)
+{
+    int me = (int)rs_sys1(SYS_gettid, 0), at = -1;
+    for (int i = 0; i < RS_CALLERS; i++)
+        if (__atomic_load_n(&callers[i], __ATOMIC_ACQUIRE) == me)
+            return set_errno(rs_sys3(SYS_madvise, (long)addr, (long)len, advice));
+    for (int i = 0; i < RS_CALLERS && at < 0; i++) {
+        int free_slot = 0;
+        if (__atomic_compare_exchange_n(&callers[i], &free_slot, me, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            at = i;
+    }
+    int rc = __atomic_load_n(&next_madvise, __ATOMIC_ACQUIRE)(addr, len, advice);
+    if (at >= 0)
+        __atomic_store_n(&callers[at], 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+/* libibverbs' madvise(). Its DONTFORK ranges are page-rounded registrations
+ * (or the parts of one that were not marked yet), so the range less its first
+ * and last page lies wholly inside the registration. */
 static int repair_madvise(void *addr, size_t len, int advice)
 {
-    madvise_fn next = __atomic_load_n(&next_madvise, __ATOMIC_ACQUIRE);
-    if (advice == MADV_DONTFORK && next(addr, len, MADV_DOFORK) == 0) {
-        __atomic_add_fetch(&rewritten, 1, __ATOMIC_RELAXED);
-        return 0;
+    if (advice == MADV_DOFORK)
+        rs_exact_forget((unsigned long)addr, (unsigned long)addr + len);
+    if (advice != MADV_DONTFORK)
+        return call_next(addr, len, advice);
+    __atomic_add_fetch(&rewritten, 1, __ATOMIC_RELAXED);
+    unsigned long lo = (unsigned long)addr, hi = lo + len;
+    /* The answer libibverbs would have had: the range must be mapped. */
+    long rc = rs_sys3(SYS_msync, (long)lo, (long)len, MS_ASYNC);
+    if (rc < 0 || len < 2 * page + RS_MARK_MIN) {
+        if (rc == 0)
+            __atomic_add_fetch(&kept_small, 1, __ATOMIC_RELAXED);
+        return set_errno(rc);
     }
-    return next(addr, len, advice);
+    rc = rs_sys3(SYS_madvise, (long)(lo + page), (long)(hi - lo - 2 * page), MADV_DONTFORK);
+    if (rc == 0)
+        rs_exact_remember(lo + page, hi - page);
+    else if (rc == -EINVAL)  /* hugetlb: no mark on part of a huge page; the mark as asked */
+        rc = rs_sys3(SYS_madvise, (long)lo, (long)len, MADV_DONTFORK);
+    return set_errno(rc);
 }
 
 /* libibverbs under any of its names: libibverbs.so.1, or a wheel's renamed
@@ -77,7 +143,8 @@ static int is_verbs(const char *path)
 }
 
 /* Point one libibverbs' madvise slot at repair_madvise: 1 if it was just
- * rewritten, 0 if it already was, -errno. */
+ * rewritten, 0 if it is ours (or a hook's over ours) already or the loader is
+ * not done with it, -errno. */
 static int rewrite(struct link_map *lm)
 {
     void **slot = rs_slot_find(lm, "madvise");
@@ -86,33 +153,60 @@ static int rewrite(struct link_map *lm)
     void *was = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (was == (void *)repair_madvise)
         return 0;
+    int i = 0;
+    while (i < RS_SLOTS && slots[i].slot && slots[i].slot != slot)
+        i++;
+    if (i < RS_SLOTS && slots[i].slot == slot && slots[i].was != was)
+        return 0;  /* a hook that calls ours sits there */
+    if (!rs_slot_relocated(lm, slot))
+        return 0;  /* still being loaded: the next fork looks again */
     /* Another hook may sit there (UCX's memory hooks rewrite madvise slots
-     * too): it stays in the chain. */
-    __atomic_store_n(&next_madvise, (madvise_fn)was, __ATOMIC_RELEASE);
+     * too): it stays in the chain. The first one found is the chain for all. */
+    madvise_fn none = NULL;
+    __atomic_compare_exchange_n(&next_madvise, &none, (madvise_fn)was, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     int rc = rs_slot_write(lm, slot, (void *)repair_madvise);
-    if (rc == 0)
-        __atomic_add_fetch(&libraries, 1, __ATOMIC_RELAXED);
-    return rc < 0 ? rc : 1;
+    if (rc < 0)
+        return rc;
+    if (i < RS_SLOTS && !slots[i].slot) {
+        slots[i].was = was;
+        __atomic_store_n(&slots[i].slot, slot, __ATOMIC_RELEASE);
+    }
+    __atomic_add_fetch(&libraries, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+/* Take the look. A holder that is no thread of this process is a fork
+ * child's copy of its parent's look (the fork came while another thread
+ * looked) or a thread that is gone: taken over. 1: taken; 0: this thread's own
+ * look, interrupted by a signal handler's fork. */
+static int take_look(void)
+{
+    int me = (int)rs_sys1(SYS_gettid, 0), pid = (int)rs_sys1(SYS_getpid, 0), holder;
+    for (;;) {
+        holder = 0;
+        if (__atomic_compare_exchange_n(&looking, &holder, me, 0,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return 1;
+        if (holder == me)
+            return 0;
+        if (rs_sys3(SYS_tgkill, pid, holder, 0) == -ESRCH
+                && __atomic_compare_exchange_n(&looking, &holder, me, 0,
+                                               __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return 1;
+        rs_sys1(SYS_sched_yield, 0);
+    }
 }
 
 /* Rewrite every libibverbs the loader has, and sweep once where one was new.
  * The loader's list is read without its lock (a fork from a signal handler
- * must not take it), only while the loader says it is consistent: an object
- * still being loaded is found at the next fork, before it can have marked
- * anything. */
+ * must not take it), only while the loader says it is consistent; an object
+ * mapped but not relocated yet is left to the next fork (rs_slot_relocated). */
 static int look(void)
 {
-    int fresh = 0, rc = 0, me = (int)rs_sys1(SYS_gettid, 0), expected;
-    for (;;) {  /* one look at a time: another thread's is waited for, so that
-                   this fork comes after its rewrite and its sweep */
-        expected = 0;
-        if (__atomic_compare_exchange_n(&looking, &expected, me, 0,
-                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-            break;
-        if (expected == me)
-            return 0;  /* our own look, interrupted by a signal handler's fork */
-        rs_sys1(SYS_sched_yield, 0);
-    }
+    int fresh = 0, rc = 0;
+    if (!take_look())
+        return 0;
     if (__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE) == RT_CONSISTENT) {
         for (struct link_map *lm = _r_debug.r_map; lm; lm = lm->l_next) {
             if (!lm->l_name || !is_verbs(lm->l_name))
@@ -125,7 +219,7 @@ static int look(void)
         }
     }
     if (fresh) {
-        long n = rs_unmark_all();
+        long n = rs_unmark_hazards();
         __atomic_add_fetch(&sweeps, 1, __ATOMIC_RELAXED);
         if (n > 0)
             __atomic_add_fetch(&unmarked, n, __ATOMIC_RELAXED);
@@ -144,6 +238,7 @@ static void before_fork(void)
 
 static void start(void)
 {
+    page = getauxval(AT_PAGESZ);
     start_rc = -pthread_atfork(before_fork, NULL, NULL);
     if (start_rc < 0)
         return;
@@ -156,10 +251,9 @@ int rs_repair_start(void)
     pthread_once(&start_once, start);
     if (start_rc < 0)
         return start_rc;
-    /* With a libibverbs loaded already, its marks so far go now, not at the
-     * first fork; with none, the first one loaded is found at a fork. */
-    int rc = look();
-    return rc;
+    /* With a libibverbs loaded already, its marks so far are swept now, not at
+     * the first fork; with none, the first one loaded is found at a fork. */
+    return look();
 }
 
 void rs_repair_stats(struct rs_repair_stats *out)
@@ -169,4 +263,6 @@ void rs_repair_stats(struct rs_repair_stats *out)
     out->rewritten = __atomic_load_n(&rewritten, __ATOMIC_RELAXED);
     out->unmarked = __atomic_load_n(&unmarked, __ATOMIC_RELAXED);
     out->sweeps = __atomic_load_n(&sweeps, __ATOMIC_RELAXED);
+    out->small = __atomic_load_n(&kept_small, __ATOMIC_RELAXED);
+    out->mark_min = (long)RS_MARK_MIN;
 }

@@ -28,6 +28,7 @@
 
 #include "arch.h"
 #include "gotslot.h"
+#include "mapwalk.h"
 
 #if defined(__x86_64__)
 #  define RS_R_JUMP_SLOT R_X86_64_JUMP_SLOT
@@ -86,37 +87,84 @@ void **rs_slot_find(const struct link_map *lm, const char *name)
     return slot ? slot : find_in(lm, rela, rela_size, symtab, strtab, name);
 }
 
-/* Whether the page at `page` lies in the part of the object's PT_GNU_RELRO
- * segment that the loader made read-only (whole pages only: it rounds the
- * segment's end down). The ELF header sits at the load address for every
- * shared object whose first PT_LOAD maps the file's start at address 0. */
-static int in_relro(const struct link_map *lm, uintptr_t page, uintptr_t pagesize)
+/* The object's PT_GNU_RELRO segment as the loader protects it (whole pages
+ * only: it rounds the segment's end down) and the extent of its PT_LOAD
+ * segments: 0, or -1 for a layout we do not read. The ELF header sits at the
+ * load address for every shared object whose first PT_LOAD maps the file's
+ * start at address 0. */
+struct layout {
+    uintptr_t relro_lo, relro_hi, load_lo, load_hi;
+};
+
+static int read_layout(const struct link_map *lm, uintptr_t pagesize, struct layout *out)
 {
     const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)lm->l_addr;
     if (lm->l_addr == 0 || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
         return -1;
     const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(lm->l_addr + eh->e_phoff);
-    int first_load_at_zero = 0, relro = 0;
+    int first_load_at_zero = 0;
+    out->relro_lo = out->relro_hi = out->load_lo = out->load_hi = 0;
     for (int i = 0; i < eh->e_phnum; i++) {
-        if (ph[i].p_type == PT_LOAD && !first_load_at_zero)
-            first_load_at_zero = ph[i].p_offset == 0 && ph[i].p_vaddr == 0 ? 1 : -1;
+        if (ph[i].p_type == PT_LOAD) {
+            if (!first_load_at_zero) {
+                first_load_at_zero = ph[i].p_offset == 0 && ph[i].p_vaddr == 0 ? 1 : -1;
+                out->load_lo = lm->l_addr;
+            }
+            if (lm->l_addr + ph[i].p_vaddr + ph[i].p_memsz > out->load_hi)
+                out->load_hi = lm->l_addr + ph[i].p_vaddr + ph[i].p_memsz;
+        }
         if (ph[i].p_type == PT_GNU_RELRO) {
-            uintptr_t lo = (lm->l_addr + ph[i].p_vaddr) & ~(pagesize - 1);
-            uintptr_t hi = (lm->l_addr + ph[i].p_vaddr + ph[i].p_memsz) & ~(pagesize - 1);
-            relro = page >= lo && page < hi;
+            out->relro_lo = (lm->l_addr + ph[i].p_vaddr) & ~(pagesize - 1);
+            out->relro_hi = (lm->l_addr + ph[i].p_vaddr + ph[i].p_memsz) & ~(pagesize - 1);
         }
     }
-    return first_load_at_zero == 1 ? relro : -1;
+    return first_load_at_zero == 1 ? 0 : -1;
+}
+
+struct perms_at {
+    uintptr_t at;
+    int found, writable;
+};
+
+static long find_perms(const struct rs_vma *m, void *ctx)
+{
+    struct perms_at *p = ctx;
+    if (p->at < m->lo || p->at >= m->hi)
+        return 0;
+    p->found = 1;
+    p->writable = m->perms[1] == 'w';
+    return 1;
+}
+
+int rs_slot_relocated(const struct link_map *lm, void **slot)
+{
+    uintptr_t pagesize = getauxval(AT_PAGESZ);
+    struct layout l;
+    if (read_layout(lm, pagesize, &l) < 0)
+        return 1;  /* rs_slot_write() leaves such an object alone anyway */
+    if (l.relro_hi > l.relro_lo) {
+        /* The loader makes RELRO read-only as the last step of relocating an
+         * object, after glibc's r_state said RT_CONSISTENT (that comes once
+         * the objects are mapped, before they are relocated). */
+        struct perms_at p = { l.relro_lo, 0, 0 };
+        return rs_map_walk("/proc/self/maps", find_perms, &p) >= 0 && p.found && !p.writable;
+    }
+    /* No page of RELRO: relocated once the slot holds neither the file's own
+     * value (an offset into the object) nor an address inside it (a PLT stub
+     * of lazy binding). */
+    uintptr_t v = (uintptr_t)__atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return v >= l.load_hi - l.load_lo && !(v >= l.load_lo && v < l.load_hi);
 }
 
 int rs_slot_write(const struct link_map *lm, void **slot, void *value)
 {
     uintptr_t pagesize = getauxval(AT_PAGESZ);
     uintptr_t page = (uintptr_t)slot & ~(pagesize - 1);
-    int relro = in_relro(lm, page, pagesize);
+    struct layout l;
     long rc;
-    if (relro < 0)
+    if (read_layout(lm, pagesize, &l) < 0)
         return -ENOEXEC;  /* a layout we do not know: leave the object alone */
+    int relro = page >= l.relro_lo && page < l.relro_hi;
     if (!relro) {
         __atomic_store_n(slot, value, __ATOMIC_RELEASE);
         return 0;

@@ -256,18 +256,25 @@ int rs_fork_init(char *libpath, int libpath_len, int *err);
 struct rs_repair_stats {
     int active;           /* rs_repair_start() ran in this process */
     long libraries;       /* libibverbs madvise slots rewritten */
-    long rewritten;       /* MADV_DONTFORK calls made MADV_DOFORK */
-    long unmarked;        /* marked mappings un-marked by the sweeps */
+    long rewritten;       /* libibverbs' MADV_DONTFORK calls made exact (inner pages only) */
+    long unmarked;        /* marked mappings a child trips on, un-marked by the sweeps */
     long sweeps;          /* sweeps of /proc/self/smaps */
+    long small;           /* registrations left unmarked: fewer inner bytes than mark_min */
+    long mark_min;        /* the inner bytes from which a registration is marked */
 };
 int rs_repair_start(void);
 void rs_repair_stats(struct rs_repair_stats *out);
+/* 1 if [lo, hi) lies inside one mark the repair made itself (the inner
+ * pages of a registration: nothing a fork() child needs), else 0. */
+int rs_repair_exact(unsigned long lo, unsigned long hi);
 
 /* unmark.c: 1 if a mapping of `path` (with VM_IO or VM_PFNMAP: io_or_pfnmap)
- * is memory a driver mapped and marked for itself: those flags, a block
- * device, or a character device other than the memory devices (major 1), or a path under
- * /dev that cannot be looked at; 0 if it is ordinary memory (anonymous, a
- * file, tmpfs, hugetlbfs under any name, /dev/zero's, a deleted file). */
+ * is memory the kernel or a driver mapped and marked for itself: those flags,
+ * a block device, a character device other than the memory devices (major
+ * 1), a path under /dev that cannot be looked at, or a kernel pseudo-mapping
+ * ([vvar], [vdso], anon_inode:[perf_event], ...); 0 if it is memory a program
+ * holds data in (anonymous, named anonymous, the heap, a stack, a file, tmpfs,
+ * hugetlbfs under any name, /dev/zero's, a deleted file). */
 int rs_driver_mapping(const char *path, int io_or_pfnmap);
 
 /* marker.c: map a page of a memfd called `name` in place of the slot's

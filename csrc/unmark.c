@@ -1,27 +1,50 @@
 /*
- * Take MADV_DONTFORK off every mapping of this process that carries it,
- * except memory a driver marked for itself; and the one rule for what that
- * memory is.
+ * The fork repair's sweep of marks made before it found a libibverbs: take
+ * MADV_DONTFORK off where a fork() child trips on it, and nowhere else; and
+ * the one rule for memory the kernel or a driver marked for itself.
  *
- * /proc/self/smaps is the only place the kernel shows the mark (VmFlags
- * "dc"). It is streamed through a static buffer with raw system calls: this
- * runs inside a fork()'s prepare handler, perhaps a fork from a signal
- * handler, where malloc and stdio may be mid-call. One sweep at a time; a
- * sweep that finds one already running on its own thread (a signal handler
- * that forked while the sweep it interrupted was under way) gives up rather
- * than wait for itself.
+ * Which marks hurt a child is rdmaspawn/_host/forkrisk.py's rule, the one the
+ * doctor and the guard use; this is that rule for this process, read with raw
+ * calls (mapwalk.c) inside a fork()'s prepare handler:
+ *
+ *   marked mapping                                   risk     the sweep
+ *   -----------------------------------------------  -------  ----------
+ *   the kernel's or a driver's (rs_driver_mapping)   none     keeps it
+ *   anonymous, on pages of its own (no anonymous     none     keeps it
+ *   neighbour, not a glibc thread heap, not a
+ *   block malloc mapped)
+ *   the repair's own exact marks (forkrepair.c)      none     keeps it
+ *   the brk heap, a stack, a glibc thread heap,      a hazard takes it off
+ *   a block malloc mapped (its header),
+ *   anonymous memory bordering other memory, a
+ *   file, shared memory, anything else
+ *
+ * A marked mapping is the union of whatever was marked there, so which of
+ * its pages hold another owner's data (malloc's chunk headers, Python's
+ * objects) cannot be told: a hazard's mark is taken off whole, and on a
+ * kernel that copies pinned pages at fork its registered pages are then
+ * copied into each child until they are deregistered. Marks made after the
+ * repair found libibverbs are kept exact instead (forkrepair.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include "arch.h"
+#include "mapwalk.h"
+#include "rdmaspawn.h"
 #include "unmark.h"
 
 #define RS_MEM_MAJOR 1  /* /dev/mem, /dev/zero, /dev/null: memory, not a driver's */
+
+/* glibc's HEAP_MAX_SIZE on 64-bit (malloc/arena.c): every thread heap is an
+ * mmap() of this size at an address aligned to it, its heap_info first
+ * (rdmaspawn/_host/glibcheap.py reads the same layout from outside). */
+#define RS_HEAP_MAX (64UL << 20)
 
 static int starts_with(const char *s, const char *head)
 {
@@ -46,11 +69,22 @@ static int ends_with(const char *s, const char *tail)
     return 1;
 }
 
+/* Where a program can hold its own data: anonymous memory (named or not),
+ * the brk heap, a stack. Every other bracketed or prefixed name is the
+ * kernel's ([vvar], [vdso], anon_inode:[perf_event], ...). */
+static int program_memory_name(const char *path)
+{
+    return path[0] == 0 || starts_with(path, "[anon:") || starts_with(path, "[anon_shmem:")
+           || starts_with(path, "[heap]") || starts_with(path, "[stack");
+}
+
 int rs_driver_mapping(const char *path, int io_or_pfnmap)
 {
     struct stat st;
     if (io_or_pfnmap)
         return 1;  /* VM_IO / VM_PFNMAP: device memory, whatever file it came through */
+    if (path[0] != '/')
+        return !program_memory_name(path);
     if (!starts_with(path, "/dev/"))
         return 0;
     if (rs_sys4(SYS_newfstatat, AT_FDCWD, (long)path, (long)&st, 0) == 0)
@@ -65,118 +99,114 @@ int rs_driver_mapping(const char *path, int io_or_pfnmap)
            && !starts_with(path, "/dev/hugepages");
 }
 
-/* The mapping being read: its range, its path and its flags. */
-struct mapping {
-    unsigned long lo, hi;
-    char path[4096 + 64];
+static int anonymous(const struct rs_vma *m)
+{
+    return m->path[0] == 0 || starts_with(m->path, "[anon:");
+}
+
+/* A neighbour a page of the marked mapping may have been taken from: it
+ * touches, it is memory a program holds data in, and it is accessible (a
+ * "---p" guard or reservation holds nothing). */
+static int feeds(const struct rs_vma *x, unsigned long lo, unsigned long hi)
+{
+    return (x->hi == lo || x->lo == hi)
+           && !(x->perms[0] == '-' && x->perms[1] == '-' && x->perms[2] == '-')
+           && (anonymous(x) || starts_with(x->path, "[heap]"));
+}
+
+/* A glibc thread heap's first mapping: at a HEAP_MAX-aligned address, whole
+ * or followed by more anonymous memory, with a heap_info as glibc writes it
+ * (this process's own memory, read in place). */
+static int thread_heap(const struct rs_vma *m, const struct rs_vma *next)
+{
+    const uintptr_t *info = (const uintptr_t *)m->lo;
+    uintptr_t page = 4096, ar_ptr, prev, size, protect;
+    if (m->lo % RS_HEAP_MAX || m->perms[0] != 'r')
+        return 0;
+    if (m->hi - m->lo < RS_HEAP_MAX && !(next && next->lo == m->hi && anonymous(next)))
+        return 0;
+    ar_ptr = info[0], prev = info[1], size = info[2], protect = info[3];
+    if (!(0 < size && size <= protect && protect <= RS_HEAP_MAX) || size % page || protect % page)
+        return 0;
+    if (prev)
+        return prev % RS_HEAP_MAX == 0 && prev != m->lo;
+    return ar_ptr > m->lo && ar_ptr < m->lo + page;
+}
+
+/* A block glibc's malloc mapped for one allocation, whole: its chunk header
+ * (prev_size 0, then the size with IS_MMAPPED) opens the mapping, and free()
+ * in a child reads it. */
+static int malloc_block(const struct rs_vma *m)
+{
+    const uintptr_t *head = (const uintptr_t *)m->lo;
+    return m->perms[0] == 'r' && head[0] == 0 && (head[1] & 2) && (head[1] & ~(uintptr_t)7) == m->hi - m->lo;
+}
+
+static int mark_hurts(const struct rs_vma *m, const struct rs_vma *prev, const struct rs_vma *next)
+{
+    if (rs_driver_mapping(m->path, m->io || m->pf) || rs_repair_exact(m->lo, m->hi))
+        return 0;
+    if (!anonymous(m))
+        return 1;
+    if ((prev && feeds(prev, m->lo, m->hi)) || (next && feeds(next, m->lo, m->hi)))
+        return 1;
+    return thread_heap(m, next) || malloc_block(m);
+}
+
+/* The walk's state: the mapping before the one awaiting its decision, and
+ * that one (a marked mapping is decided once its next neighbour is known). */
+struct sweep {
+    struct rs_vma prev, held;
+    int have_prev, holding;
+    long unmarked;
 };
 
-static long hex(const char **s)
+static void decide(struct sweep *s, const struct rs_vma *next)
 {
-    long v = 0;
-    for (;; (*s)++) {
-        char c = **s;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return v;
-        v = v * 16 + d;
-    }
+    const struct rs_vma *m = &s->held;
+    if (mark_hurts(m, s->have_prev ? &s->prev : NULL, next)
+            && rs_sys3(SYS_madvise, (long)m->lo, (long)(m->hi - m->lo), MADV_DOFORK) == 0)
+        s->unmarked++;
 }
 
-/* "lo-hi perms offset dev inode   path" */
-static void read_header(struct mapping *m, const char *line, const char *end)
+static void copy_vma(struct rs_vma *to, const struct rs_vma *from)
 {
-    const char *s = line;
-    int field = 0;
-    m->lo = (unsigned long)hex(&s);
-    s++;  /* '-' */
-    m->hi = (unsigned long)hex(&s);
-    for (; s < end && field < 4; field++) {  /* perms, offset, dev, inode */
-        while (s < end && *s == ' ')
-            s++;
-        while (s < end && *s != ' ')
-            s++;
-    }
-    while (s < end && *s == ' ')
-        s++;
-    size_t n = 0;
-    while (s < end && n < sizeof m->path - 1)
-        m->path[n++] = *s++;
-    m->path[n] = 0;
+    to->lo = from->lo, to->hi = from->hi, to->dc = from->dc, to->io = from->io, to->pf = from->pf;
+    for (int i = 0; i < 5; i++)
+        to->perms[i] = from->perms[i];
+    unsigned long i = 0;
+    for (; from->path[i] && i < sizeof to->path - 1; i++)
+        to->path[i] = from->path[i];
+    to->path[i] = 0;
 }
 
-static int has_flag(const char *line, const char *end, char a, char b)
+static long step(const struct rs_vma *m, void *ctx)
 {
-    for (const char *s = line + 8; s + 1 < end; s++)  /* past "VmFlags:" */
-        if (s[-1] == ' ' && s[0] == a && s[1] == b && (s + 2 == end || s[2] == ' '))
-            return 1;
+    struct sweep *s = ctx;
+    if (s->holding) {
+        decide(s, m);
+        copy_vma(&s->prev, &s->held);
+        s->holding = 0;
+        s->have_prev = 1;
+    }
+    if (m->dc) {
+        copy_vma(&s->held, m);
+        s->holding = 1;
+    } else {
+        copy_vma(&s->prev, m);
+        s->have_prev = 1;
+    }
     return 0;
 }
 
-static int owner;  /* the thread id of the sweep under way, 0 when none */
-static char text[1 << 16];
-static struct mapping current;
+static struct sweep state;
 
-static long sweep_locked(void)
+long rs_unmark_hazards(void)
 {
-    long fd = rs_sys4(SYS_openat, AT_FDCWD, (long)"/proc/self/smaps", O_RDONLY | O_CLOEXEC, 0);
-    long have = 0, unmarked = 0, n;
-    if (fd < 0)
-        return fd;
-    current.lo = current.hi = 0;
-    for (;;) {
-        do
-            n = rs_sys3(SYS_read, fd, (long)(text + have), (long)(sizeof text - have));
-        while (n == -EINTR);
-        if (n < 0) {
-            unmarked = n;
-            break;
-        }
-        have += n;
-        long start = 0;
-        for (long i = 0; i < have; i++) {
-            if (text[i] != '\n')
-                continue;
-            const char *line = text + start, *end = text + i;
-            char c = line[0];
-            if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
-                read_header(&current, line, end);
-            } else if (end - line > 8 && line[0] == 'V' && line[1] == 'm' && line[2] == 'F'
-                       && current.hi > current.lo && has_flag(line, end, 'd', 'c')) {
-                int io = has_flag(line, end, 'i', 'o') || has_flag(line, end, 'p', 'f');
-                if (!rs_driver_mapping(current.path, io)
-                        && rs_sys3(SYS_madvise, (long)current.lo, (long)(current.hi - current.lo),
-                                   MADV_DOFORK) == 0)
-                    unmarked++;
-            }
-            start = i + 1;
-        }
-        if (start == 0 && have == (long)sizeof text) {
-            start = have;  /* a line longer than the buffer: no mapping line is */
-        }
-        for (long i = start; i < have; i++)
-            text[i - start] = text[i];
-        have -= start;
-        if (n == 0)
-            break;
-    }
-    rs_sys1(SYS_close, fd);
-    return unmarked;
-}
-
-long rs_unmark_all(void)
-{
-    int me = (int)rs_sys1(SYS_gettid, 0), expected;
-    for (;;) {
-        expected = 0;
-        if (__atomic_compare_exchange_n(&owner, &expected, me, 0,
-                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-            break;
-        if (expected == me)
-            return -EDEADLK;  /* our own sweep, interrupted by a signal handler's fork */
-        rs_sys1(SYS_sched_yield, 0);
-    }
-    long rc = sweep_locked();
-    __atomic_store_n(&owner, 0, __ATOMIC_RELEASE);
-    return rc;
+    state.have_prev = state.holding = 0;
+    state.unmarked = 0;
+    long rc = rs_map_walk("/proc/self/smaps", step, &state);
+    if (state.holding)
+        decide(&state, NULL);
+    return rc < 0 ? rc : state.unmarked;
 }

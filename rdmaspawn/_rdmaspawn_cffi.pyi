@@ -32,6 +32,8 @@ class RsRepairStats(CData):
     rewritten: int
     unmarked: int
     sweeps: int
+    small: int
+    mark_min: int
 
 class RsSetup(CData):
     """``struct rs_setup *`` (the declarative setup)."""
@@ -181,6 +183,7 @@ class Lib:
     # csrc/forkrepair.c, csrc/unmark.c: the fork repair
     def rs_repair_start(self) -> int: ...
     def rs_repair_stats(self, out: RsRepairStats, /) -> None: ...
+    def rs_repair_exact(self, lo: int, hi: int, /) -> int: ...
     def rs_driver_mapping(self, path: _Bytes, io_or_pfnmap: int, /) -> int: ...
     def rs_marker_set(self, slot: int, name: _Bytes | CData, /) -> int: ...
     RS_MARKER_PATCH: int

@@ -26,29 +26,10 @@ import textwrap
 
 import pytest
 from helpers.child import python_argv
+from helpers.repair import PREAMBLE, run
 from helpers.hazard import require_verbs
 
 from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
-
-# In a child interpreter: the hazard planted through libibverbs, then the
-# repair started (or not), then one fork way; prints one JSON line.
-PREAMBLE = """
-import ctypes, json, os, sys, threading
-from rdmaspawn._host.procfs import is_dontfork
-from rdmaspawn._native import forkrepair
-from rdmaspawn.testing.hazard import plant
-
-def outcome(status):
-    code = os.waitstatus_to_exitcode(status)
-    return "ok" if code == 0 else f"signal {-code}" if code < 0 else f"exit {code}"
-
-def child_work():
-    # What a forked worker does: allocate, free, import, and answer.
-    junk = [bytearray(4096) for _ in range(2000)]
-    del junk
-    import decimal, fractions  # noqa: F401  (modules not loaded yet)
-    return sum(range(1000))
-"""
 
 WAYS = {
     "os.fork running Python": """
@@ -124,15 +105,6 @@ WAYS = {
         result = outcome(os.waitpid(pid, 0)[1])
     """,
 }
-
-
-def run(body: str, timeout: float = 120) -> dict:
-    code = PREAMBLE + textwrap.dedent(body) + "\nprint(json.dumps(report))\n"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RDMASPAWN", "RDMAV_"))}
-    r = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=timeout,
-                       env=env)
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def way(name: str, repaired: bool) -> dict:

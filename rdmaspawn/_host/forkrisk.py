@@ -3,9 +3,11 @@
 The one rule for "does this mark hurt a fork()": the doctor reports every
 :class:`Finding`, and ``rdmaspawn.guard()`` refuses (or warns about) a fork
 exactly where :func:`fork_hazards` finds one, so the two never disagree.
-Device memory (the driver's own mark) and a buffer on pages of its own
-(nothing else lives there: fork() and a child that execs never touch it) are
-risk ``"none"``; everything else is a hazard.
+Device memory and the kernel's own mappings (their driver's or the kernel's
+mark) and a buffer on pages of its own (nothing else lives there: fork() and
+a child that execs never touch it) are risk ``"none"``; everything else is a
+hazard. The fork repair's sweep (csrc/unmark.c) applies the same rule to
+this process from C, inside a fork's prepare handler.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .glibcheap import heap_header, thread_heap_base
+from .glibcheap import heap_header, malloc_block, thread_heap_base
 from .procfs import Mapping, Pid, dontfork_in, parse_maps, read_smaps
 
 __all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards", "has_fork_hazard", "hazards_in"]
@@ -28,7 +30,8 @@ class Finding:
     """One MADV_DONTFORK mapping and what it means."""
 
     mapping: Mapping
-    #: "heap", "arena", "stack", "anon-adjacent", "anon", "shm", "file", "device", "other".
+    #: "heap", "arena", "stack", "malloc-block", "anon-adjacent", "anon", "shm", "file",
+    #: "device", "other".
     kind: str
     #: "high", "medium", "low" or "none".
     risk: str
@@ -80,8 +83,8 @@ def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Findi
     path = m.path
     if m.device:
         return Finding(m, "device", "none",
-                       f"device memory mapped by its driver ({path}), marked by the driver; "
-                       "a child that only execs never touches it")
+                       f"device or kernel memory ({path}), marked by its driver or the "
+                       "kernel; a child that only execs never touches it")
     if path == "[heap]":
         return Finding(m, "heap", "high",
                        "the main malloc heap (brk): malloc's chunk headers and Python objects "
@@ -104,7 +107,7 @@ def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Findi
                        f"inside a glibc thread malloc arena (heap at 0x{base:x}, {where}): "
                        "glibc's fork handler and every malloc/free in the child touch it")
     if m.anonymous:
-        return _anonymous(m, ordered)
+        return _anonymous(m, ordered, pid)
     if path.startswith("/dev/shm/"):
         return Finding(m, "shm", "low",
                        f"POSIX shared memory ({path}), e.g. a communication buffer another "
@@ -116,7 +119,7 @@ def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Findi
     return Finding(m, "other", "low", f"kernel pseudo-mapping {path}")
 
 
-def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
+def _anonymous(m: Mapping, ordered: Sequence[Mapping], pid: Pid) -> Finding:
     """Anonymous memory outside the malloc heaps: bordering other memory, or on its own."""
     # A neighbour with no access at all ("---p": a guard page, reserved
     # address space) holds nothing that a fork() child could need.
@@ -129,6 +132,14 @@ def _anonymous(m: Mapping, ordered: Sequence[Mapping]) -> Finding:
                        f"anonymous memory bordering other anonymous memory ({what}): likely "
                        "split off a malloc'd block or memory next to Python's object arenas; "
                        "the rest of those pages is lost to a fork() child")
+    block = malloc_block(m, pid) if m.perms.startswith("r") else False
+    if block is not False:
+        # Unreadable (no ptrace access to the process) is not called safe either.
+        maybe = "" if block else " (its first bytes could not be read to tell)"
+        return Finding(m, "malloc-block", "high",
+                       f"a block glibc's malloc mapped for one allocation, whole{maybe}: its "
+                       "chunk header is on the first page, and free() in a fork() child "
+                       "reads it")
     # Nothing else lives on these pages, so fork() itself and a child that
     # execs never touch them: the safe way to hold registered memory (checked
     # on a real registration, tests/realdevice/test_rxe.py).

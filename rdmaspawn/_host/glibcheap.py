@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .procfs import Mapping, Pid, proc_path
 
-__all__ = ["HEAP_MAX_SIZE", "heap_header", "thread_heap_base"]
+__all__ = ["HEAP_MAX_SIZE", "heap_header", "malloc_block", "thread_heap_base"]
 
 
 #: glibc's HEAP_MAX_SIZE (malloc/arena.c: 2 * DEFAULT_MMAP_THRESHOLD_MAX, i.e.
@@ -63,17 +63,8 @@ def heap_header(base: int, mappings: Sequence[Mapping], pid: Pid = "self") -> bo
     memory cannot be read (reading another process's memory needs ptrace
     access: the same user and a Yama scope that allows it, or root).
     """
-    try:
-        fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.pread(fd, _HEAP_INFO.size, base)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(raw) != _HEAP_INFO.size:
+    raw = _read_memory(pid, base, _HEAP_INFO.size)
+    if raw is None:
         return None
     ar_ptr, prev, size, protected = (int(v) for v in _HEAP_INFO.unpack(raw))
     page = mmap.PAGESIZE
@@ -93,3 +84,35 @@ def heap_header(base: int, mappings: Sequence[Mapping], pid: Pid = "self") -> bo
             break
         writable = m.end - base
     return writable >= size
+
+
+#: An mmapped chunk's header (malloc/malloc.c): prev_size, then the size with
+#: IS_MMAPPED (2) set.
+_CHUNK = struct.Struct("@NN")
+
+
+def malloc_block(m: Mapping, pid: Pid = "self") -> bool | None:
+    """Whether ``m`` is, whole, a block glibc's malloc mapped for one allocation:
+    its chunk header opens it (prev_size 0, the size with IS_MMAPPED, the
+    mapping's length), and ``free()`` reads it. None when it cannot be read."""
+    raw = _read_memory(pid, m.start, _CHUNK.size)
+    if raw is None:
+        return None
+    prev_size, size = _CHUNK.unpack(raw)
+    return prev_size == 0 and bool(size & 2) and size & ~7 == m.size
+
+
+def _read_memory(pid: Pid, address: int, size: int) -> bytes | None:
+    """``size`` bytes of the process's memory at ``address`` (/proc/PID/mem), or None:
+    reading another process's memory needs ptrace access."""
+    try:
+        fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, size, address)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return raw if len(raw) == size else None

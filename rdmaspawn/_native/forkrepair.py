@@ -1,15 +1,18 @@
-"""The fork repair: keep libibverbs' needless MADV_DONTFORK marks out of every fork().
+"""The fork repair: keep libibverbs' MADV_DONTFORK marks off the pages a fork() child needs.
 
 On a kernel that copies DMA-pinned pages into a fork() child (and says so
-over RDMA netlink), the mark libibverbs puts on every registration protects
-nothing, and only takes malloc's and Python's pages out of the child.
-:func:`repair_fork` asks the kernel, and where it answers yes has the C core
-(``csrc/forkrepair.c``) turn libibverbs' marking into un-marking, un-mark
-what is marked already (driver memory excepted), and catch a libibverbs
-loaded later at the next fork. Then ``os.fork()``, multiprocessing's
-``fork``, ``preexec_fn`` and a ``fork()`` from C all work again, with no
-change of start method. Elsewhere it refuses, in one line that says why,
-and nothing changes. docs/how-it-works.md has the mechanism and its limits.
+over RDMA netlink), the mark libibverbs puts on every registration, rounded
+out to whole pages, takes malloc's and Python's data on a registration's
+first and last page out of the child. :func:`repair_fork` asks the kernel,
+and where it answers yes has the C core (``csrc/forkrepair.c``) mark only
+the pages wholly inside each registration (so the kernel copies none of
+them into a child), sweep the marks made before where a child trips on
+them (the doctor's rule; the kernel's, the drivers' and other buffers'
+marks stay), and catch a libibverbs loaded later at the next fork. Then
+``os.fork()``, multiprocessing's ``fork``, ``preexec_fn`` and a ``fork()``
+from C all work again, with no change of start method. Elsewhere it
+refuses, in one line that says why, and nothing changes.
+docs/how-it-works.md has the mechanism and its limits.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from typing import NamedTuple
 from .._startup.markers import MEMFD, REPAIRED
 from .._startup.repairgate import USE_MADVISE, refusal
 
-__all__ = ["MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state", "refusal"]
+__all__ = ["IN_FORCE", "MARKER", "ForkRepair", "USE_MADVISE", "repair_fork", "repair_state",
+           "refusal", "vouches"]
 
 #: What a process with the repair in force maps (csrc/forkrepair.c's memfd), so
 #: that the doctor can tell from outside.
@@ -28,6 +32,12 @@ MARKER = MEMFD + REPAIRED
 
 # The C core's module, loaded only where the repair starts or is asked about.
 _C = "rdmaspawn._rdmaspawn_cffi"
+
+#: What the repair does, in one line (its reason when in force; the doctor's too).
+IN_FORCE = ("in force: libibverbs marks only the pages wholly inside each registration "
+            "(the kernel copies none of them into a child), and earlier marks a fork() "
+            "child trips on were taken off; the kernel's, the drivers' and other buffers' "
+            "own marks stay")
 
 
 class ForkRepair(NamedTuple):
@@ -37,13 +47,17 @@ class ForkRepair(NamedTuple):
     active: bool
     #: One line: why it is, or is not, in force.
     reason: str
-    #: libibverbs instances whose marking was turned into un-marking.
+    #: libibverbs instances whose marking was made exact.
     libraries: int = 0
-    #: MADV_DONTFORK calls of libibverbs made MADV_DOFORK.
+    #: MADV_DONTFORK calls of libibverbs made exact (inner pages only).
     rewritten: int = 0
-    #: Marked mappings un-marked by the sweeps (marks made before a
-    #: libibverbs was found).
+    #: Marked mappings a fork() child trips on, un-marked by the sweeps
+    #: (marks made before a libibverbs was found).
     unmarked: int = 0
+    #: Registrations left unmarked: fewer inner bytes than ``mark_min``.
+    small: int = 0
+    #: The inner bytes from which a registration is marked.
+    mark_min: int = 0
 
 
 def repair_state(reason: str | None = None) -> ForkRepair:
@@ -53,11 +67,18 @@ def repair_state(reason: str | None = None) -> ForkRepair:
     stats = ffi.new("struct rs_repair_stats *")
     lib.rs_repair_stats(stats)
     if reason is None:
-        reason = ("in force: libibverbs' MADV_DONTFORK marks are made MADV_DOFORK "
-                  "(the kernel copies DMA-pinned pages at fork)" if stats.active
-                  else "not started (rdmaspawn.repair_fork() starts it)")
+        reason = IN_FORCE if stats.active else "not started (rdmaspawn.repair_fork() starts it)"
     return ForkRepair(bool(stats.active), reason, int(stats.libraries),
-                      int(stats.rewritten), int(stats.unmarked))
+                      int(stats.rewritten), int(stats.unmarked), int(stats.small),
+                      int(stats.mark_min))
+
+
+def vouches(start: int, end: int) -> bool:
+    """Whether the marked range [start, end) is one the repair in force here made
+    itself (the inner pages of a registration: nothing a fork() child needs).
+    False where the repair's C was never loaded."""
+    core = sys.modules.get(_C)
+    return core is not None and bool(core.lib.rs_repair_exact(start, end))
 
 
 def repair_fork() -> ForkRepair:

@@ -1,4 +1,4 @@
-"""Which device memory a fork() child goes without, remembered between forks.
+"""Which marked memory a fork() child goes without, known harmless, remembered between forks.
 
 Drivers mark some of their mappings ``VM_DONTCOPY`` themselves (see
 :mod:`rdmaspawn._host.procfs`), and the guard does not count those; but
@@ -7,23 +7,34 @@ holds them the guard's count of pages left out (``csrc/forkwatch.c``) is never
 zero. Each look at ``/proc/self/smaps`` records how many pages each
 device-file mapping has marked; a later fork whose count of pages left out is
 exactly their sum, with the same device mappings there (read from
-``/proc/self/maps``, which walks no page tables), lacks nothing else.
+``/proc/self/maps``, which walks no page tables), lacks nothing else. The
+fork repair's own exact marks (a registration's inner pages,
+:func:`rdmaspawn._native.forkrepair.vouches`) are remembered the same way,
+by their address range: they stay marked while the registration lives.
 """
 
 from __future__ import annotations
 
-from .._host.procfs import device_dontfork_pages, device_headers, read_maps
+import mmap
+
+from .._host.procfs import device_dontfork_pages, device_headers, dontfork_in, read_maps
+from .._native.forkrepair import vouches
 
 __all__ = ["explains", "learn"]
 
-# Each device-file mapping's first line -> its DONTFORK pages (0: not marked).
+# Each device-file mapping's first line -> its DONTFORK pages (0: not marked);
+# each of the repair's marks, as "lo-hi " (how its maps line starts) -> its pages.
 _pages: dict[bytes, int] = {}
 
 
 def learn(smaps: bytes) -> None:
-    """Remember the device mappings of this ``/proc/self/smaps`` text."""
+    """Remember the device mappings and the repair's marks of this ``/proc/self/smaps`` text."""
     global _pages
-    _pages = device_dontfork_pages(smaps)
+    pages = device_dontfork_pages(smaps)
+    for m in dontfork_in(smaps, devices=False):
+        if vouches(m.start, m.end):
+            pages[b"%x-%x " % (m.start, m.end)] = m.size // mmap.PAGESIZE
+    _pages = pages
 
 
 def explains(left_out: int) -> bool:
@@ -32,7 +43,11 @@ def explains(left_out: int) -> bool:
         return False
     pages = _pages
     try:
-        now = device_headers(read_maps())
+        maps = read_maps()
     except OSError:
         return False
-    return all(line in pages for line in now) and sum(pages[line] for line in now) == left_out
+    now = device_headers(maps)
+    ranges = [key for key in pages if key.endswith(b" ")
+              and (maps.startswith(key) or b"\n" + key in maps)]
+    return (all(line in pages for line in now)
+            and sum(pages[line] for line in now + ranges) == left_out)

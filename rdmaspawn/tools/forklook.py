@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._host.forkrisk import hazards_in
 from .._host.procfs import has_dontfork, read_smaps
+from .._native.forkrepair import vouches
 from . import devicememo
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ __all__ = ["hazards_now", "hazards_after_fork", "message", "fork_exec_forks"]
 
 
 def _hazards(smaps: bytes) -> list[Mapping]:
-    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``)."""
-    return [f.mapping for f in hazards_in(smaps)]
+    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``),
+    less the fork repair's own exact marks (a registration's inner pages)."""
+    return [f.mapping for f in hazards_in(smaps) if not vouches(f.mapping.start, f.mapping.end)]
 
 
 def hazards_now() -> list[Mapping]:

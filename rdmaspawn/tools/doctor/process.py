@@ -12,7 +12,7 @@ from ..._host.forkrisk import classify
 from ..._host.processinfo import exe_path, read_environ
 from ..._host.procfs import Mapping, Pid, all_mappings, library_paths, max_map_count
 from ..._native.forkrepair import MARKER as REPAIR_MARKER
-from ..._native.forkrepair import USE_MADVISE
+from ..._native.forkrepair import IN_FORCE, USE_MADVISE
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
 from .facts import (
@@ -223,14 +223,13 @@ def _fork_repair(mappings: list[Mapping], env: dict[str, str | None],
                  copies: bool | None) -> tuple[str, str]:
     """The fork repair's word for a process, and what it means (one rule, self or not)."""
     if any(m.path.startswith(REPAIR_MARKER) for m in mappings):
-        return "repaired", ("in force: libibverbs' MADV_DONTFORK marks are made MADV_DOFORK, "
-                            "and marks made before are taken off at the next fork()")
+        return "repaired", IN_FORCE
     if env.get(USE_MADVISE) is not None:
         return "not repairable", f"{USE_MADVISE} is set: the marks were asked for"
     if copies:
         return "repairable", ("the kernel copies DMA-pinned pages at fork: "
                               "rdmaspawn.repair_fork() (in RDMASPAWN=on and rdmaspawn run) "
-                              "keeps libibverbs' marks out of every fork()")
+                              "keeps libibverbs' marks off the pages a fork() child needs")
     return "not repairable on this kernel", ("the kernel does not say it copies DMA-pinned "
                                              "pages at fork: the marks protect registered "
                                              "memory here")

@@ -22,9 +22,12 @@ def judge(r: Report) -> None:
         return
     if r.fork_repair == "repaired" and r.verbs_loaded:
         r.verdict = "OK"
-        r.notes.append("marked, repaired: the fork repair is in force in this process, so "
-                       "libibverbs makes no new mark and the next fork() takes these off "
-                       "first (driver memory excepted); fork() children get every page")
+        r.notes.append("marked, repaired: the fork repair is in force in this process: "
+                       "libibverbs marks only the pages wholly inside each registration, "
+                       "and the next fork() after a libibverbs is found takes off the "
+                       "earlier marks a child trips on (the kernel's, the drivers' and "
+                       "buffers on pages of their own keep theirs); fork() children get "
+                       "every page they can need")
         return
     r.verdict = "HAZARD"
     if r.ucx.get("loaded"):
