@@ -57,6 +57,7 @@ for name, res, args in (("ibv_get_device_list", ctypes.POINTER(vp), [ctypes.POIN
                         ("ibv_dereg_mr", ctypes.c_int, [vp])):
     getattr(verbs, name).restype, getattr(verbs, name).argtypes = res, args
 libc = ctypes.CDLL(None, use_errno=True)
+PAGE = os.sysconf("SC_PAGESIZE")
 libc.mmap.restype, libc.mmap.argtypes = vp, [vp, sz, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 libc.madvise.argtypes = [vp, sz, ctypes.c_int]
 libc.malloc.restype, libc.malloc.argtypes = vp, [sz]
@@ -114,7 +115,9 @@ if size:
         sys.exit(f"{placement}({size}): {os.strerror(ctypes.get_errno())}")
     ctypes.memset(address, 0x5a, size)  # resident before it is pinned, as data would be
     register(address, size)
-    if variant == "unmarked" and libc.madvise(address, size, 11) != 0:  # MADV_DOFORK
+    # Whole pages, as libibverbs rounds its own mark (a malloc()ed block starts mid-page).
+    lo, hi = address & -PAGE, -(-(address + size) // PAGE) * PAGE
+    if variant == "unmarked" and libc.madvise(lo, hi - lo, 11) != 0:  # MADV_DOFORK
         sys.exit(f"madvise(MADV_DOFORK): {os.strerror(ctypes.get_errno())}")
 if variant == "swept":
     state.update(repair())
