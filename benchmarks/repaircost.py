@@ -32,7 +32,7 @@ marked, repaired and unmarked, and prints the table and one JSON line;
     python -m rdmaspawn.bench.repaircost [--shapes 360:0,360:1,360:100,30000:0,...]
                                          [--rounds 21] [--doc PAGE]
     python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
-                                         [--variants marked,repaired,unmarked,swept]
+                                         [--variants marked,repaired,unmarked,swept,loaded]
                                          [--placement mmap|malloc]
     python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
                                          [--large-every 1] [--window 16]

@@ -16,7 +16,10 @@ child's answer + ``waitpid()``; the child reads its own ``VmRSS`` first:
 - unmarked: marked, then ``madvise(MADV_DOFORK)`` over the registration, as
   the sweep of the repair issue 47 replaces did: the copy's cost;
 - swept (``--variants``, not by default): registered, then ``repair_fork()``:
-  the marks made before it, which its sweep of smaps finds.
+  the marks made before it, which its sweep of smaps finds;
+- loaded (``--variants``): marked, with rdmaspawn's C core loaded and no
+  repair: what a process that imports it pays per fork (its mappings, its
+  memory), apart from what the repair adds.
 
 ``--placement malloc``: each registration a malloc()ed block instead of a
 mapping of its own (glibc maps a large one, its header on the first page,
@@ -38,7 +41,7 @@ from typing import Any
 
 from rdmaspawn._host.interpreter import python_command
 
-VARIANTS = ("marked", "repaired", "unmarked", "swept")
+VARIANTS = ("marked", "repaired", "unmarked", "swept", "loaded")
 DEFAULT_VARIANTS = VARIANTS[:3]
 REPAIRING = ("repaired", "swept")  # the columns a kernel that refuses has none of
 MIB = 1 << 20
@@ -105,6 +108,9 @@ variant, size, placement = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 state = {"variant": variant, "device": names[device], "size": size}
 if variant == "repaired":
     state.update(repair())
+elif variant == "loaded":
+    import rdmaspawn
+    from rdmaspawn._rdmaspawn_cffi import lib
 address = 0
 if size:
     if placement == "malloc":  # glibc maps it: its header shares the first page
@@ -250,7 +256,7 @@ def _cell(row: dict[str, Any], variant: str, key: str, fmt: str) -> str:
 
 
 def render(rows: list[dict[str, Any]], variants: tuple[str, ...]) -> list[str]:
-    ratios = [k for k in REPAIRING if k in variants and "marked" in variants]
+    ratios = [k for k in (*REPAIRING, "loaded") if k in variants and "marked" in variants]
     lines = ["| registered | " + " | ".join(f"{k} fork" for k in variants)
              + "".join(f" | {k} / marked" for k in ratios)
              + " | child RSS " + " | ".join(variants)
