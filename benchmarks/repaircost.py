@@ -33,7 +33,7 @@ marked, repaired and unmarked, and prints the table and one JSON line;
                                          [--rounds 21] [--doc PAGE]
     python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
                                          [--variants marked,repaired,unmarked,swept,loaded]
-                                         [--placement mmap|malloc]
+                                         [--placement mmap|malloc|lone]
     python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
                                          [--large-every 1] [--window 16]
 """
@@ -164,9 +164,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="0,64,512,1024", help="--real: MiB registered")
     parser.add_argument("--variants", default=",".join(repairreal.DEFAULT_VARIANTS),
                         help=f"--real: of {','.join(repairreal.VARIANTS)} (default: %(default)s)")
-    parser.add_argument("--placement", choices=("mmap", "malloc"), default="mmap",
-                        help="--real: each registration a mapping of its own, or a malloc()ed "
-                             "block (default: %(default)s)")
+    parser.add_argument("--placement", choices=("mmap", "malloc", "lone"), default="mmap",
+                        help="--real: each registration a mapping of its own, a malloc()ed "
+                             "block, or a mapping between guard pages (default: %(default)s)")
     parser.add_argument("--cycles", type=int, default=10000, help="--vmas (default: %(default)s)")
     parser.add_argument("--large-mib", type=int, default=8, help="--vmas (default: %(default)s)")
     parser.add_argument("--large-every", type=int, default=1,

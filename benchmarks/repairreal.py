@@ -23,7 +23,10 @@ child's answer + ``waitpid()``; the child reads its own ``VmRSS`` first:
 
 ``--placement malloc``: each registration a malloc()ed block instead of a
 mapping of its own (glibc maps a large one, its header on the first page,
-which a child's malloc may touch: the edge a repair must leave unmarked).
+which a child's malloc may touch: the edge a repair must leave unmarked);
+``lone``: a mapping of its own between two ``PROT_NONE`` pages, so that no
+other memory borders it (the sweep of csrc/unmark.c takes a mark off a
+mapping that borders anonymous memory).
 
 ``--vmas``: the process's mappings (lines of /proc/self/maps) through cycles
 of register/deregister, small malloc()ed buffers and large ones, without and
@@ -63,6 +66,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 PAGE = os.sysconf("SC_PAGESIZE")
 libc.mmap.restype, libc.mmap.argtypes = vp, [vp, sz, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 libc.madvise.argtypes = [vp, sz, ctypes.c_int]
+libc.mprotect.argtypes = [vp, sz, ctypes.c_int]
 libc.malloc.restype, libc.malloc.argtypes = vp, [sz]
 libc.free.argtypes = [vp]
 n = ctypes.c_int(0)
@@ -115,6 +119,10 @@ address = 0
 if size:
     if placement == "malloc":  # glibc maps it: its header shares the first page
         address = libc.malloc(size)
+    elif placement == "lone":  # between two PROT_NONE guard pages: no neighbour feeds it
+        base = libc.mmap(None, size + 2 * PAGE, 0, 0x22, -1, 0)
+        failed = base in (None, ctypes.c_void_p(-1).value)
+        address = None if failed or libc.mprotect(base + PAGE, size, 3) else base + PAGE
     else:
         address = libc.mmap(None, size, 3, 0x22, -1, 0)  # RW, MAP_PRIVATE | MAP_ANONYMOUS
     if address in (None, 0, ctypes.c_void_p(-1).value):
