@@ -99,6 +99,20 @@ def dc_bytes(lo, hi):
             elif head == "VmFlags:" and " dc" in line:
                 total += max(0, min(end, hi) - max(start, lo))
     return total
+def borders(address):
+    # The mappings that touch the one holding address: whether the sweep may
+    # count a neighbour as feeding it (csrc/unmark.c), in the JSON line.
+    rows = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            head = line.split()
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            rows.append((lo, hi, head[1], head[5] if len(head) > 5 else ""))
+    for i, (lo, hi, _, _) in enumerate(rows):
+        if lo <= address < hi:
+            return [f"{p} {n or '(anonymous)'}" for j, (a, b, p, n) in enumerate(rows)
+                    if (j == i - 1 and b == lo) or (j == i + 1 and a == hi)]
+    return []
 def repair():
     from rdmaspawn import repair_fork
     r = repair_fork()
@@ -136,6 +150,7 @@ if size:
 if variant == "swept":
     state.update(repair())
 state["dc"] = dc_bytes(address, address + size) if size else 0
+state["borders"] = borders(address) if size else []
 print(json.dumps(state), flush=True)
 for line in sys.stdin:
     r, w = os.pipe()
@@ -248,7 +263,8 @@ def measure(size: int, rounds: int, variants: tuple[str, ...], placement: str) -
         rss = [t["rss_kib"] / 1024 for t in times[variant]]
         row["variants"][variant] = {
             "fork_ms": statistics.median(forks), "child_rss_mib": statistics.median(rss),
-            "dc_mib": w.state["dc"] / MIB, "device": w.state["device"], "forks_ms": forks}
+            "dc_mib": w.state["dc"] / MIB, "device": w.state["device"],
+            "borders": w.state["borders"], "forks_ms": forks}
     return row
 
 
