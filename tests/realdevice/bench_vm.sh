@@ -18,7 +18,7 @@
 # docs/real-device-tests.md: the 6.1 VM's run writes its two blocks there,
 # --doc, copied back once the VM exits 0); RDMASPAWN_VM_MEM (default here
 # 5120M: a GiB registered in each of three processes, and one fork child's
-# copy of it), RDMASPAWN_VM_ACCEL (default tcg), RDMASPAWN_VM_SMP: rxe_vm.sh's.
+# copy of it) and RDMASPAWN_VM_SMP: rxe_vm.sh's.
 # The wheel is built from this checkout's files (tracked and untracked, as
 # the lane builds it), so a run measures the working tree.
 set -uo pipefail
@@ -86,7 +86,7 @@ if [ "${BENCH_VMAS:-1}" = 1 ]; then
 fi
 exit \$rc
 JOB
-  say "booting $suite (RDMASPAWN_VM_MEM=$RDMASPAWN_VM_MEM, accel ${RDMASPAWN_VM_ACCEL:-tcg})"
+  say "booting $suite (RDMASPAWN_VM_MEM=$RDMASPAWN_VM_MEM)"
   t0=$SECONDS
   bash "$work/tests/realdevice/rxe_vm.sh" "$cache" "$suite" "$job" 2>&1 | tee "$job/bench.log"
   vm_rc=${PIPESTATUS[0]}
