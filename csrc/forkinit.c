@@ -33,8 +33,17 @@
  *                                       list), or memory other than device
  *                                       memory is marked already (someone
  *                                       else called ibv_fork_init())
- *                            disabled   otherwise (a probe there would make
- *                                       our own ibv_fork_init() fail)
+ *                            disabled   if ibv_fork_init() here returned
+ *                                       EINVAL: a range went by before it
+ *                                       (too_late), and no call can turn
+ *                                       it on after that
+ *                            unknown    otherwise: another library may have
+ *                                       called ibv_fork_init() and registered
+ *                                       nothing yet, and nothing can be asked
+ *                                       without changing the state (a probe
+ *                                       range would make a later
+ *                                       ibv_fork_init() fail; ibv_fork_init()
+ *                                       itself would turn it on)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -53,7 +62,10 @@ typedef int (*fork_init_fn)(void);
 typedef int (*fork_status_fn)(void);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized_here;    /* for libibverbs without ibv_is_fork_initialized */
+/* For libibverbs without ibv_is_fork_initialized: what our own
+ * ibv_fork_init() showed (it ran; or it was refused with EINVAL). */
+static int initialized_here;
+static int refused_here;
 
 struct found {
     char path[4096];
@@ -103,7 +115,7 @@ static int status_of(void *h)
         int by_env = getenv("RDMAV_FORK_SAFE") || getenv("IBV_FORK_SAFE");
         if (initialized_here || by_env || rs_dontfork_anywhere() != 0)
             return RS_FORK_ENABLED;
-        return RS_FORK_DISABLED;
+        return refused_here ? RS_FORK_DISABLED : RS_FORK_UNKNOWN;
     }
     switch (is_init()) {
     case IBV_FORK_ENABLED:
@@ -141,15 +153,16 @@ int rs_fork_init(char *libpath, int libpath_len, int *err)
         return RS_FORK_UNAVAILABLE;
     }
     int state = status_of(h);
-    if (state == RS_FORK_DISABLED) {
+    if (state == RS_FORK_DISABLED || state == RS_FORK_UNKNOWN) {
         fork_init_fn init = (fork_init_fn)dlsym(h, "ibv_fork_init");
         int rc = init ? init() : ENOSYS;
         if (rc == 0) {
             initialized_here = 1;
-            state = status_of(h);
         } else {
             *err = rc;
+            refused_here = rc == EINVAL;
         }
+        state = status_of(h);
     }
     /* Once ibv_fork_init() has run here, the library must stay: its
      * tracking tree lives in it. Keep that one reference, and no other. */

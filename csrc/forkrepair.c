@@ -26,12 +26,14 @@
  *   marks made before are swept   with each new libibverbs   one /proc/self/smaps
  *   where a child trips on them                              read (unmark.c)
  *   look for a new libibverbs     every fork() of glibc's    a walk of the loader's
- *                                 (pthread_atfork prepare)   list, no lock taken
+ *                                 (pthread_atfork prepare)   list (dl_iterate_phdr)
  *
- * A registration smaller than RS_MARK_MIN inner bytes is not marked at all:
- * each mark splits its mapping in up to three (vm.max_map_count), and copying
- * a few pages at fork costs less than that (docs/how-it-works.md: the
- * measurement). Marks other code makes, deregistrations (MADV_DOFORK) and
+ * A registration with fewer than RS_MARK_MIN_PAGES inner pages is not marked
+ * at all: a mark splits its mapping in up to three, and at fork two more
+ * mappings cost about as much as a copied page (docs/how-it-works.md: the
+ * measurement). Nor is one made past the bound on marks alive
+ * (exactmarks.c), which keeps the mappings the marks add bounded. Marks
+ * other code makes, deregistrations (MADV_DOFORK) and
  * every other advice go through unchanged; the kernel's and the drivers' own
  * marks are never touched (unmark.c).
  *
@@ -54,15 +56,15 @@
 #include "rdmaspawn.h"
 #include "unmark.h"
 
-/* The inner bytes below which a registration is left unmarked. */
-#define RS_MARK_MIN (64UL << 10)
+/* The inner pages below which a registration is left unmarked. */
+#define RS_MARK_MIN_PAGES 2
 
 typedef int (*madvise_fn)(void *, size_t, int);
 
 static int repairing;                  /* rs_repair_start() ran */
 static madvise_fn next_madvise;        /* what libibverbs called before (libc's, or a hook's) */
 static unsigned long page;
-static long rewritten, unmarked, kept_small, sweeps, libraries;
+static long rewritten, unmarked, small, bounded, sweeps, libraries;
 static int looking;                    /* the thread id of the look under way, 0 if none */
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static int start_rc;
@@ -120,15 +122,21 @@ static int repair_madvise(void *addr, size_t len, int advice)
     unsigned long lo = (unsigned long)addr, hi = lo + len;
     /* The answer libibverbs would have had: the range must be mapped. */
     long rc = rs_sys3(SYS_msync, (long)lo, (long)len, MS_ASYNC);
-    if (rc < 0 || len < 2 * page + RS_MARK_MIN) {
-        if (rc == 0)
-            __atomic_add_fetch(&kept_small, 1, __ATOMIC_RELAXED);
+    if (rc < 0)
         return set_errno(rc);
+    if (len < (2 + RS_MARK_MIN_PAGES) * page) {
+        __atomic_add_fetch(&small, 1, __ATOMIC_RELAXED);
+        return 0;
     }
-    rc = rs_sys3(SYS_madvise, (long)(lo + page), (long)(hi - lo - 2 * page), MADV_DONTFORK);
-    if (rc == 0)
-        rs_exact_remember(lo + page, hi - page);
-    else if (rc == -EINVAL)  /* hugetlb: no mark on part of a huge page; the mark as asked */
+    unsigned long in_lo = lo + page, in_hi = hi - page;
+    if (rs_exact_remember(in_lo, in_hi) < 0) {
+        __atomic_add_fetch(&bounded, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    rc = rs_sys3(SYS_madvise, (long)in_lo, (long)(in_hi - in_lo), MADV_DONTFORK);
+    if (rc < 0)
+        rs_exact_drop(in_lo, in_hi);
+    if (rc == -EINVAL)  /* hugetlb: no mark on part of a huge page; the mark as asked */
         rc = rs_sys3(SYS_madvise, (long)lo, (long)len, MADV_DONTFORK);
     return set_errno(rc);
 }
@@ -198,36 +206,58 @@ static int take_look(void)
     }
 }
 
+/* One libibverbs the loader lists: rewritten where it can be. */
+struct found {
+    int fresh, rc;
+};
+
+static int each_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct found *f = data;
+    (void)size;
+    if (!info->dlpi_name || !is_verbs(info->dlpi_name))
+        return 0;
+    /* What gotslot.c reads of an object: its load address and its dynamic
+     * section, as the loader's own entry has them. */
+    struct link_map lm = { .l_addr = info->dlpi_addr, .l_name = (char *)info->dlpi_name };
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            lm.l_ld = (ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!lm.l_ld)
+        return 0;
+    int r = rewrite(&lm);
+    if (r > 0)
+        f->fresh = 1;
+    else if (r < 0)
+        f->rc = r;
+    return 0;
+}
+
 /* Rewrite every libibverbs the loader has, and sweep once where one was new.
- * The loader's list is read without its lock (a fork from a signal handler
- * must not take it), only while the loader says it is consistent; an object
- * mapped but not relocated yet is left to the next fork (rs_slot_relocated). */
+ * The loader's list is walked through dl_iterate_phdr(), which holds the
+ * loader's list lock (recursive, so a fork from a signal handler that
+ * interrupted this thread's own walk does not wait on itself): a dlclose()
+ * can neither unlink nor unmap an object under the walk. An object a
+ * dlopen() has mapped but not relocated yet is left to the next fork
+ * (rs_slot_relocated), and while glibc says a load or unload is under way
+ * (r_state), so is everything. */
 static int look(void)
 {
-    int fresh = 0, rc = 0;
+    struct found f = { 0, 0 };
     if (!take_look())
         return 0;
-    if (__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE) == RT_CONSISTENT) {
-        for (struct link_map *lm = _r_debug.r_map; lm; lm = lm->l_next) {
-            if (!lm->l_name || !is_verbs(lm->l_name))
-                continue;
-            int r = rewrite(lm);
-            if (r > 0)
-                fresh = 1;
-            else if (r < 0)
-                rc = r;
-        }
-    }
-    if (fresh) {
+    if (__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE) == RT_CONSISTENT)
+        dl_iterate_phdr(each_object, &f);
+    if (f.fresh) {
         long n = rs_unmark_hazards();
         __atomic_add_fetch(&sweeps, 1, __ATOMIC_RELAXED);
         if (n > 0)
             __atomic_add_fetch(&unmarked, n, __ATOMIC_RELAXED);
         else if (n < 0)
-            rc = (int)n;
+            f.rc = (int)n;
     }
     __atomic_store_n(&looking, 0, __ATOMIC_RELEASE);
-    return rc;
+    return f.rc;
 }
 
 static void before_fork(void)
@@ -263,6 +293,8 @@ void rs_repair_stats(struct rs_repair_stats *out)
     out->rewritten = __atomic_load_n(&rewritten, __ATOMIC_RELAXED);
     out->unmarked = __atomic_load_n(&unmarked, __ATOMIC_RELAXED);
     out->sweeps = __atomic_load_n(&sweeps, __ATOMIC_RELAXED);
-    out->small = __atomic_load_n(&kept_small, __ATOMIC_RELAXED);
-    out->mark_min = (long)RS_MARK_MIN;
+    out->small = __atomic_load_n(&small, __ATOMIC_RELAXED);
+    out->bounded = __atomic_load_n(&bounded, __ATOMIC_RELAXED);
+    out->mark_min = (long)(RS_MARK_MIN_PAGES * page);
+    out->mark_bound = rs_exact_bound();
 }

@@ -240,8 +240,12 @@ enum rs_fork_state {
     RS_FORK_UNAVAILABLE = 0,    /* no libibverbs in this process or on the system */
     RS_FORK_DISABLED = 1,       /* ibv_fork_init() has not run: nothing marked */
     RS_FORK_ENABLED = 2,        /* registrations are marked MADV_DONTFORK */
-    RS_FORK_UNNEEDED = 3        /* the kernel copies pinned pages at fork and
+    RS_FORK_UNNEEDED = 3,       /* the kernel copies pinned pages at fork and
                                    the library marks nothing */
+    RS_FORK_UNKNOWN = 4         /* the library cannot say (no
+                                   ibv_is_fork_initialized, rdma-core < 35)
+                                   and nothing shows it: ibv_fork_init() may
+                                   have run elsewhere, nothing registered yet */
 };
 
 /* Both return an enum rs_fork_state and write the library's path into
@@ -260,7 +264,9 @@ struct rs_repair_stats {
     long unmarked;        /* marked mappings a child trips on, un-marked by the sweeps */
     long sweeps;          /* sweeps of /proc/self/smaps */
     long small;           /* registrations left unmarked: fewer inner bytes than mark_min */
+    long bounded;         /* registrations left unmarked: mark_bound marks alive already */
     long mark_min;        /* the inner bytes from which a registration is marked */
+    long mark_bound;      /* how many of the repair's marks may be alive at once */
 };
 int rs_repair_start(void);
 void rs_repair_stats(struct rs_repair_stats *out);

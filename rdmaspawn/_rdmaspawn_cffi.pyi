@@ -33,7 +33,9 @@ class RsRepairStats(CData):
     unmarked: int
     sweeps: int
     small: int
+    bounded: int
     mark_min: int
+    mark_bound: int
 
 class RsSetup(CData):
     """``struct rs_setup *`` (the declarative setup)."""
@@ -148,6 +150,7 @@ class Lib:
     RS_FORK_DISABLED: int
     RS_FORK_ENABLED: int
     RS_FORK_UNNEEDED: int
+    RS_FORK_UNKNOWN: int
 
     environ: CData  # char **, read with the GIL held
 

@@ -13,9 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"startup": [ROOT / "README.md", ROOT / "docs" / "run.md"],
          "guardcost": [ROOT / "docs" / "doctor-and-guard.md"],
          "repaircost": [ROOT / "docs" / "how-it-works.md"],
+         "markcost": [ROOT / "docs" / "how-it-works.md"],
          "cpucost": [ROOT / "README.md"]}
 ARGS = {"startup": ["--rounds", "1"], "guardcost": ["--rounds", "1", "--shapes", "200:0"],
-        "repaircost": ["--rounds", "1", "--shapes", "200:1"],
+        "repaircost": ["--rounds", "1", "--shapes", "200:1"], "markcost": ["--rounds", "1"],
         "cpucost": ["--batches", "1", "--spawns", "2"]}
 
 
@@ -49,5 +50,7 @@ def test_doc_writes_between_the_markers_only(name: str, tmp_path: Path) -> None:
         assert "| subprocess (CPython's) |" in block
     elif name == "startup":
         assert "`python -c 'pass'`" in block and "`python -c 'import subprocess'`" in block
+    elif name == "markcost":
+        assert "| 16 MiB pinned, unmarked |" in block and "us per mark |" in block
     else:
         assert "| mappings |" in block and "x |" in block

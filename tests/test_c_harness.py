@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 SOURCES = [ROOT / "tests" / "c" / "engine_harness.c"] + [
     CSRC / name for name in ("spawn.c", "child.c", "report.c", "forkinit.c", "forkprobe.c",
-                             "setup.c", "unmark.c", "gotslot.c", "forkrepair.c", "marker.c")
+                             "setup.c", "unmark.c", "mapwalk.c", "exactmarks.c", "gotslot.c", "forkrepair.c",
+                             "marker.c")
 ]
 CFLAGS = ["-std=gnu11", "-g", "-Wall", "-Wextra", "-Werror", "-DRS_MEASURE_STACK"]
 AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")

@@ -15,7 +15,7 @@ def test_this_cpython_is_known_and_matches():
     """The running CPython is in the table and its _execute_child calls
     fork_exec with the arguments the table names."""
     internals = _cpython.require()
-    assert internals is _cpython.TABLE[sys.version_info[:2]]
+    assert internals == _cpython._looked_up(_cpython.TABLE[sys.version_info[:2]])
     # 3.9-3.10: 21; 3.11 added pgid_to_set and allow_vfork; 3.14 dropped allow_vfork.
     expected = 21 if sys.version_info < (3, 11) else 23 if sys.version_info < (3, 14) else 22
     assert len(internals.params) == expected
@@ -24,10 +24,23 @@ def test_this_cpython_is_known_and_matches():
 
 
 def test_get_handles_cleanup_is_this_cpythons():
-    """The table says whether Popen._get_handles closes its pipes on a failure;
-    CPython's code for that is the _on_error_fd_closer it added with it."""
+    """Whether Popen._get_handles closes its pipes on a failure is looked up:
+    CPython's code for that is the _on_error_fd_closer it added with it, in a
+    3.11 patch release (Debian 12's 3.11.2 has none; issue 48, item 3)."""
     assert (_cpython.require().get_handles_cleans_up
             == hasattr(subprocess.Popen, "_on_error_fd_closer"))
+
+
+def test_rows_a_patch_release_can_change_are_not_in_the_table():
+    """home, chdir_tag, posix_spawn_str_nul and get_handles_cleans_up come from
+    the running CPython only: no TABLE entry holds a value for them."""
+    looked_up = ("home", "chdir_tag", "posix_spawn_str_nul", "get_handles_cleans_up")
+    for version, internals in _cpython.TABLE.items():
+        for row in looked_up:
+            assert getattr(internals, row) == _cpython.Internals._field_defaults[row], version
+    this = _cpython.require()
+    assert this.posix_spawn_str_nul in ("embedded null byte", _cpython.POSIX_SPAWN_PATH_NUL)
+    assert this.chdir_tag in (b"noexec", b"noexec:chdir")
 
 
 def test_unknown_version_is_refused_by_name():

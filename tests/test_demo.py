@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import standin_verbs
 from helpers.hazard import require_verbs, verbs_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +48,18 @@ def test_demo_says_it_planted_through_libibverbs() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"   through libibverbs \(/\S+/libibverbs\.so\.1\.[\d.]+\): "
                      r"ibv_fork_init\(\), then ibv_dontfork_range\(\)", r.stdout), r.stdout
+
+
+def test_demo_with_a_libibverbs_without_is_fork_initialized(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """rdma-core 33 (Debian 11) has no ibv_is_fork_initialized(): the demo plants
+    through it and goes as expected (issue 48, item 1: it exited 1)."""
+    lib = standin_verbs.build(tmp_path_factory, standin_verbs.RDMA_CORE_33)
+    r = subprocess.run([sys.executable, "-m", "rdmaspawn", "demo"], capture_output=True,
+                       text=True, timeout=120,
+                       env=dict(os.environ, LD_LIBRARY_PATH=str(lib.parent)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"   through libibverbs ({lib}): ibv_fork_init()" in r.stdout, r.stdout
 
 
 def test_demo_without_libibverbs_says_it_fell_back() -> None:

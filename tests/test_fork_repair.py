@@ -26,8 +26,8 @@ import textwrap
 
 import pytest
 from helpers.child import python_argv
-from helpers.repair import PREAMBLE, run
 from helpers.hazard import require_verbs
+from helpers.repair import PREAMBLE, run
 
 from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
 
@@ -181,9 +181,12 @@ def test_the_control_dies(name: str) -> None:
     assert r["result"] != "ok", r
 
 
-def test_marks_after_the_start_are_never_made() -> None:
-    """Once libibverbs is found, its own MADV_DONTFORK calls become MADV_DOFORK:
-    a registration made afterwards leaves no mark, with no sweep."""
+def test_marks_after_the_start_never_take_a_shared_page() -> None:
+    """Once libibverbs is found, its own MADV_DONTFORK calls mark only what lies
+    wholly inside each registration: eight neighbouring malloc'd blocks, each
+    sharing its first page with its chunk header and the block before, keep
+    those pages unmarked and their middles marked, with no sweep, and a fork
+    child that allocates and frees lives."""
     r = run("""
         verbs = ctypes.CDLL("libibverbs.so.1")
         assert verbs.ibv_fork_init() == 0
@@ -191,12 +194,18 @@ def test_marks_after_the_start_are_never_made() -> None:
         libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
         bufs = [libc.malloc(65536) for _ in range(8)]
         rcs = [verbs.ibv_dontfork_range(ctypes.c_void_p(b), ctypes.c_size_t(65536)) for b in bufs]
-        report = {"rcs": rcs, "marked": [is_dontfork(b) for b in bufs],
+        pid = os.fork()
+        if pid == 0:
+            child_work(); os._exit(0)
+        report = {"rcs": rcs, "first": [is_dontfork(b) for b in bufs],
+                  "middle": [is_dontfork(b + 32768) for b in bufs],
+                  "child": outcome(os.waitpid(pid, 0)[1]),
                   "state": forkrepair.repair_state()._asdict()}
     """)
     assert r["rcs"] == [0] * 8, r
-    assert r["marked"] == [False] * 8, r
-    assert r["state"]["rewritten"] >= 1 and r["state"]["libraries"] == 1, r
+    assert r["first"] == [False] * 8 and r["middle"] == [True] * 8, r
+    assert r["child"] == "ok", r
+    assert r["state"]["rewritten"] == 8 and r["state"]["libraries"] == 1, r
 
 
 def test_a_libibverbs_loaded_after_the_start_is_found_at_the_next_fork() -> None:

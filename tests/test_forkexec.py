@@ -36,7 +36,7 @@ def test_a_22_argument_call_is_routed_by_name_in_c(monkeypatch):
 
     if _capi.fork_exec_new is None:
         pytest.fail("the C fork_exec did not load")
-    v314 = _cpython.TABLE[(3, 14)]
+    v314 = _cpython._looked_up(_cpython.TABLE[(3, 14)])
     monkeypatch.setattr(_cpython, "_current", v314)
     slow_calls: list = []
     monkeypatch.setattr(forkexec, "_fork_exec_python",

@@ -6,8 +6,12 @@ carrying the hazard cannot fork() again, and pytest must stay able to.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from helpers import hazard as hazard_helpers
+from helpers import standin_verbs
 from helpers.hazard import HazardRun, require_pyverbs, require_verbs, run_with_hazard
 
 FORK_ONCE = """
@@ -86,8 +90,10 @@ def test_verbs_records_library_and_fork_state() -> None:
     hazard = run_with_hazard("", "verbs").hazard
     assert hazard is not None
     assert "libibverbs.so" in hazard["library"]
-    assert hazard["fork_state_before"] == "disabled"
-    assert hazard["fork_state_after"] == "enabled"
+    # None where the library has no ibv_is_fork_initialized() (rdma-core < 35).
+    answers = hazard_helpers.verbs_answers_fork_state()
+    assert hazard["fork_state_before"] == ("disabled" if answers else None)
+    assert hazard["fork_state_after"] == ("enabled" if answers else None)
     assert hazard["fallback"] is None
 
 
@@ -97,6 +103,25 @@ def test_auto_prefers_verbs() -> None:
     hazard = run_with_hazard("", "auto").hazard
     assert hazard is not None
     assert hazard["method"] == "verbs"
+
+
+@pytest.fixture(scope="module")
+def rdma_core_33(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A libibverbs with rdma-core 33's bookkeeping and no ibv_is_fork_initialized()."""
+    return standin_verbs.build(tmp_path_factory, standin_verbs.RDMA_CORE_33)
+
+
+@pytest.mark.parametrize("method", ["auto", "verbs"])
+def test_plants_through_a_libibverbs_without_is_fork_initialized(
+        method: str, rdma_core_33: Path) -> None:
+    """rdma-core 33 (Debian 11) has no ibv_is_fork_initialized(): plant() goes
+    through it all the same, and says it could not ask (issue 48, item 1)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=str(rdma_core_33.parent))
+    result = run_with_hazard(FORK_ONCE, method, env=env)
+    assert _stdout(result) == "signal SIGSEGV"
+    assert result.hazard is not None
+    assert (result.hazard["method"], result.hazard["library"]) == ("verbs", str(rdma_core_33))
+    assert result.hazard["fork_state_before"] is result.hazard["fork_state_after"] is None
 
 
 def test_madvise_needs_no_libibverbs() -> None:

@@ -157,3 +157,20 @@ def test_a_circle_is_found() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"a"}}) == [["a"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_first_spawns_deferred_imports_are_absolute() -> None:
+    """What autostart defers to the first spawn or fork imports by absolute
+    name: it runs in any thread, maybe while another imports the same module,
+    and CPython 3.9.2 (Debian 11) let a relative ``from ..dropin.patch import
+    patch`` through to the other thread's partially initialized module, where
+    an absolute one waits for it (issue 48, item 2;
+    test_autostart.py::test_an_import_of_the_patch_during_the_first_spawn_is_no_deadlock
+    fails there with {'patched': False})."""
+    path = ROOT / "rdmaspawn" / "_startup" / "autostart.py"
+    relative = [f"line {node.lineno}"
+                for fn in ast.walk(ast.parse(path.read_text()))
+                if isinstance(fn, ast.FunctionDef)
+                for node in ast.walk(fn)
+                if isinstance(node, ast.ImportFrom) and node.level]
+    assert relative == []

@@ -30,6 +30,22 @@ def test_the_c_init_is_in_force() -> None:
     assert inspect.signature(rdmaspawn.Popen) == inspect.signature(with_python_init)
 
 
+@needs_c
+def test_unwrapping_a_bound_init_keeps_the_binding() -> None:
+    """inspect.unwrap() stops at the C __init__ bound to the class or to an
+    instance, as at a function's: CPython 3.13.5's inspect.signature(cls)
+    unwraps the bound __init__ that the descriptor returns (gh-119605; 3.13.0
+    does not), and following __wrapped__ from there reached the plain Python
+    __init__: (self, *args, **kwargs) (issue 48, item 4)."""
+    init = rdmaspawn.Popen.__dict__["__init__"]
+    instance = rdmaspawn.Popen.__new__(rdmaspawn.Popen)
+    stop = lambda m: hasattr(m, "__signature__")  # noqa: E731  # 3.13.5's
+    for bound in (init.__get__(rdmaspawn.Popen, type), init.__get__(instance, rdmaspawn.Popen)):
+        assert inspect.signature(inspect.unwrap(bound, stop=stop)) == inspect.signature(bound)
+        assert "self" not in inspect.signature(inspect.unwrap(bound, stop=stop)).parameters
+    assert init.__signature__ == inspect.signature(popen._init_python)
+
+
 def test_called_every_way_a_method_is() -> None:
     """Popen(), an explicit Popen.__init__(self, ...), and a bound p.__init__."""
     p = rdmaspawn.Popen(TRUE)

@@ -13,8 +13,14 @@
  * method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR), so Popen() passes the
  * instance as the first argument with no bound method made; attribute
  * access (super().__init__ in a subclass) gets a types.MethodType.
- * __wrapped__ is the Python __init__, so inspect.signature() shows what it
- * shows.
+ * __wrapped__ is the Python __init__, and __signature__ its signature, so
+ * inspect.signature() shows what it shows. __signature__ is not redundant:
+ * inspect.unwrap() stops at it, and a bound method (attribute access on the
+ * class, or on an instance) passes the lookup of __wrapped__ on to us, so
+ * without it unwrapping the bound method yields the plain function, binding
+ * lost. inspect.signature(rdmaspawn.Popen) does that where
+ * _signature_get_user_defined_method unwraps what the descriptor returns
+ * (gh-119605, in 3.13.5 but not 3.13.0): it showed (self, *args, **kwargs).
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
@@ -258,6 +264,19 @@ static PyObject *get_wrapped(PyObject *op, void *closure)
     return ((Init *)op)->slow;
 }
 
+/* inspect.signature() of the Python __init__, asked at each read: inspect is
+ * imported only by whoever asks (start-up does without it). */
+static PyObject *get_signature(PyObject *op, void *closure)
+{
+    (void)closure;
+    PyObject *inspect = PyImport_ImportModule("inspect");
+    if (!inspect)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(inspect, "signature", "O", ((Init *)op)->slow);
+    Py_DECREF(inspect);
+    return r;
+}
+
 static PyObject *get_doc(PyObject *op, void *closure)
 {
     (void)closure;
@@ -268,6 +287,7 @@ static PyGetSetDef init_getset[] = {
     {"__name__", get_name, NULL, NULL, NULL},
     {"__qualname__", get_qualname, NULL, NULL, NULL},
     {"__wrapped__", get_wrapped, NULL, NULL, NULL},
+    {"__signature__", get_signature, NULL, NULL, NULL},
     {"__doc__", get_doc, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -116,11 +116,20 @@ def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Findi
     if path.startswith("/"):
         return Finding(m, "file", "low",
                        f"a mapped file ({path}): a fork() child crashes only if it touches it")
-    return Finding(m, "other", "low", f"kernel pseudo-mapping {path}")
+    return Finding(m, "other", "low",
+                   f"other memory ({path}): a fork() child crashes only if it touches it")
 
 
 def _anonymous(m: Mapping, ordered: Sequence[Mapping], pid: Pid) -> Finding:
     """Anonymous memory outside the malloc heaps: bordering other memory, or on its own."""
+    block = malloc_block(m, pid) if m.perms.startswith("r") else False
+    if block is not False:
+        # Unreadable (no ptrace access to the process) is not called safe either.
+        maybe = "" if block else " (its first bytes could not be read to tell)"
+        return Finding(m, "malloc-block", "high",
+                       f"a block glibc's malloc mapped for one allocation, whole{maybe}: its "
+                       "chunk header is on the first page, and free() in a fork() child "
+                       "reads it")
     # A neighbour with no access at all ("---p": a guard page, reserved
     # address space) holds nothing that a fork() child could need.
     near = [x for x in ordered
@@ -132,14 +141,6 @@ def _anonymous(m: Mapping, ordered: Sequence[Mapping], pid: Pid) -> Finding:
                        f"anonymous memory bordering other anonymous memory ({what}): likely "
                        "split off a malloc'd block or memory next to Python's object arenas; "
                        "the rest of those pages is lost to a fork() child")
-    block = malloc_block(m, pid) if m.perms.startswith("r") else False
-    if block is not False:
-        # Unreadable (no ptrace access to the process) is not called safe either.
-        maybe = "" if block else " (its first bytes could not be read to tell)"
-        return Finding(m, "malloc-block", "high",
-                       f"a block glibc's malloc mapped for one allocation, whole{maybe}: its "
-                       "chunk header is on the first page, and free() in a fork() child "
-                       "reads it")
     # Nothing else lives on these pages, so fork() itself and a child that
     # execs never touch them: the safe way to hold registered memory (checked
     # on a real registration, tests/realdevice/test_rxe.py).

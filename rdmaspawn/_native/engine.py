@@ -54,6 +54,7 @@ _STATES = {
     lib.RS_FORK_DISABLED: "disabled",
     lib.RS_FORK_ENABLED: "enabled",
     lib.RS_FORK_UNNEEDED: "unneeded",
+    lib.RS_FORK_UNKNOWN: "unknown",
 }
 
 
@@ -93,13 +94,15 @@ class ForkStatus(NamedTuple):
     state is one of "unavailable" (no libibverbs), "disabled" (ibv_fork_init
     has not run: nothing is marked), "enabled" (registrations are marked
     MADV_DONTFORK), "unneeded" (the kernel copies pinned pages at fork and the
-    library marks nothing). The state says what the library does, not only
-    what ``ibv_is_fork_initialized()`` answers: rdma-core 35-50 answer
-    "unneeded" on a copy-on-fork kernel and still mark once fork protection
-    is on, and that is "enabled" here (see csrc/forkinit.c).
+    library marks nothing), "unknown" (rdma-core < 35 cannot say, and nothing
+    marked shows it: another library's ibv_fork_init() may have run). The
+    state says what the library does, not only what it answers: rdma-core
+    35-50 answer "unneeded" on a copy-on-fork kernel and still mark once fork
+    protection is on, and that is "enabled" here (see csrc/forkinit.c).
 
     repair is the fork repair's (:func:`rdmaspawn.repair_fork`): "repaired"
-    (in force: libibverbs' marks are kept out of every fork), "repairable"
+    (in force: libibverbs' marks are kept off the pages a fork child needs,
+    and on a registration's inner pages), "repairable"
     (the kernel copies pinned pages at fork; not started), or "not
     repairable" (the kernel does not say so, or RDMAV_USE_MADVISE is set:
     marks stay and protect).

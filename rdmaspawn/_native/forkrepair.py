@@ -43,7 +43,7 @@ IN_FORCE = ("in force: libibverbs marks only the pages wholly inside each regist
 class ForkRepair(NamedTuple):
     """Whether the fork repair is in force in this process, and why (not)."""
 
-    #: True: libibverbs' marks are kept out of every fork() of this process.
+    #: True: libibverbs' marks are kept off the pages a fork() child needs.
     active: bool
     #: One line: why it is, or is not, in force.
     reason: str
@@ -56,8 +56,13 @@ class ForkRepair(NamedTuple):
     unmarked: int = 0
     #: Registrations left unmarked: fewer inner bytes than ``mark_min``.
     small: int = 0
-    #: The inner bytes from which a registration is marked.
+    #: Registrations left unmarked: ``mark_bound`` of the repair's marks were alive.
+    bounded: int = 0
+    #: The inner bytes from which a registration is marked (two pages).
     mark_min: int = 0
+    #: How many of the repair's marks may be alive at once (each adds up to two
+    #: mappings, against ``vm.max_map_count``).
+    mark_bound: int = 0
 
 
 def repair_state(reason: str | None = None) -> ForkRepair:
@@ -70,7 +75,7 @@ def repair_state(reason: str | None = None) -> ForkRepair:
         reason = IN_FORCE if stats.active else "not started (rdmaspawn.repair_fork() starts it)"
     return ForkRepair(bool(stats.active), reason, int(stats.libraries),
                       int(stats.rewritten), int(stats.unmarked), int(stats.small),
-                      int(stats.mark_min))
+                      int(stats.bounded), int(stats.mark_min), int(stats.mark_bound))
 
 
 def vouches(start: int, end: int) -> bool:
@@ -87,7 +92,8 @@ def repair_fork() -> ForkRepair:
     Where the kernel reports over RDMA netlink that it copies DMA-pinned
     pages at fork (Linux 5.13 and later with an RDMA driver loaded) and
     ``RDMAV_USE_MADVISE`` is unset: libibverbs' ``MADV_DONTFORK`` marks,
-    present and future, are kept out of every fork of this process, and the
+    present and future, are kept off the pages a fork() child needs (a
+    registration's inner pages stay marked, so none is copied into it), and the
     result is ``active``. Anywhere else nothing changes, and ``reason`` says
     why in one line. Calling it again is harmless. Never raises for a
     refusal: a job calls it and carries on either way.

@@ -34,6 +34,14 @@ if TYPE_CHECKING:
 
 __all__ = ["start", "apply"]
 
+# The deferred steps below import by absolute name. They run at the first
+# spawn or fork, in any thread, maybe while another thread is importing the
+# same module: a relative ``from ..dropin.patch import patch`` did not wait
+# for that import on CPython 3.9.2 (Debian 11; the wait looked up the lock of
+# the relative name, "dropin.patch") and found the module partially
+# initialized, without ``patch`` (issue 48, item 2). An absolute import waits
+# on every release.
+
 # site.py processes a venv's site-packages twice (3.9-3.13), and the hook with it.
 _started = False
 
@@ -67,11 +75,12 @@ def apply(settings: "Settings") -> list[str]:
         standin.install(lambda placed: _settle(settings, placed), patch=settings.patch)
     repaired = False
     if settings.repair:
-        from .repairgate import refusal  # no C, no typing, no socket, unless it may
+        # no C, no typing, no socket, unless it may
+        from rdmaspawn._startup.repairgate import refusal
 
         why_not = refusal()
         if why_not is None:
-            from .._native.forkrepair import repair_fork
+            from rdmaspawn._native.forkrepair import repair_fork
 
             result = repair_fork()
             repaired, why_not = result.active, result.reason
@@ -93,21 +102,21 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
     import): each taken out of its place, then ``patch()`` and the guard of
     fork_exec, in that order, as if applied at ``import subprocess``."""
     try:
-        from ..dropin import wrapping
+        from rdmaspawn.dropin import wrapping
 
         for owner, attr, stand, original in placed:
             if wrapping.splice_out(owner, attr, stand, original):
                 standin.took_out(stand)
         if settings.patch:
-            from ..dropin.patch import patch
+            from rdmaspawn.dropin.patch import patch
 
             _safely(patch, "patch()")
-            from ..dropin.patch import is_patched
+            from rdmaspawn.dropin.patch import is_patched
 
             if not is_patched():  # the marker set at start-up would say otherwise
                 _safely(lambda: _patched_marker(False), "the doctor's marker")
         if settings.guard is not None:
-            from ..tools.guard import guard_exec
+            from rdmaspawn.tools.guard import guard_exec
 
             _safely(guard_exec, "the guard of fork_exec")
     except Exception as exc:  # a broken install: the spawn goes ahead unpatched, as before
@@ -119,7 +128,7 @@ def _settle_forks(mode: str, placed: "list[tuple[Any, str, Any, Any]]") -> bool:
     first use of ``tools.guard``): each taken out of its place, then
     ``guard_forks(mode)``. False where the guard cannot be imported now."""
     try:
-        from ..tools.guard import guard_below, guard_forks
+        from rdmaspawn.tools.guard import guard_below, guard_forks
     except (ImportError, OSError) as exc:
         if sys.meta_path is None:
             return False  # at shutdown: no import, a failed look
@@ -135,7 +144,7 @@ def _settle_forks(mode: str, placed: "list[tuple[Any, str, Any, Any]]") -> bool:
                 setattr(owner, attr, original)
                 standin.took_out(stand)
                 continue
-            from ..dropin import wrapping
+            from rdmaspawn.dropin import wrapping
 
             if wrapping.splice_out(owner, attr, stand, original):
                 standin.took_out(stand)
@@ -148,19 +157,19 @@ def _settle_forks(mode: str, placed: "list[tuple[Any, str, Any, Any]]") -> bool:
 
 
 def _guard_marker(mode: str) -> None:
-    from .markers import set_guard
+    from rdmaspawn._startup.markers import set_guard
 
     set_guard(mode)
 
 
 def _patched_marker(on: bool) -> None:
-    from .markers import set_patched
+    from rdmaspawn._startup.markers import set_patched
 
     set_patched(on)
 
 
 def _pool_handler() -> None:
-    from ..dropin import poolhandler
+    from rdmaspawn.dropin import poolhandler
 
     poolhandler.install_when_imported()
 
@@ -174,7 +183,7 @@ def _safely(fn: "Callable[[], None]", what: str) -> None:
 
 
 def _prefer(method: str) -> None:
-    from ..dropin.startmethod import prefer_start_method
+    from rdmaspawn.dropin.startmethod import prefer_start_method
 
     if prefer_start_method(method) is None:  # something chose before us (cannot happen at start-up)
         _say(f"multiprocessing's start method was chosen before {VARIABLE} could apply "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dis
 import operator
+import os
 import subprocess
 import sys
 import sysconfig
@@ -103,10 +104,6 @@ class Internals(NamedTuple):
     params: tuple[str, ...]
     #: What _execute_child loads to call fork_exec (see _CALLER_21).
     caller: tuple[str, ...]
-    #: Where _execute_child finds fork_exec: (module name, attribute).
-    home: tuple[str, str]
-    #: The tag after "OSError:<errno>:" for a failed chdir() in the child.
-    chdir_tag: bytes
     #: How fork_exec parses its int arguments: "format_i" (PyArg_ParseTuple
     #: "i") or "clinic" (Argument Clinic's int converter).
     int_parser: str
@@ -117,43 +114,52 @@ class Internals(NamedTuple):
     #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
     #: (3.9-3.12); 3.13 passes None through.
     posix_spawn_environ: bool
-    #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
-    #: always gets "posix_spawn: embedded null character in path").
-    posix_spawn_str_nul: str
     #: fork_exec's TypeError for a wrong argument count, formatted with
     #: ``wanted`` and ``given``: PyArg_ParseTuple's wording (3.9-3.11), or
     #: Argument Clinic's _PyArg_CheckPositional (3.12+).
     wrong_count: str
     #: multiprocessing's default start method on Linux ("forkserver" from 3.14).
     mp_default: str
-    #: Popen._get_handles closes the pipes it made when a later one fails
-    #: (3.11+, its _on_error_fd_closer); 3.9 and 3.10 leak them.
-    get_handles_cleans_up: bool
+    # Looked up in the running CPython by _looked_up(), never read from TABLE:
+    # a patch release can differ (the defaults below are never used).
+    #: Where _execute_child finds fork_exec: (module name, attribute); the
+    #: 3.11+ alias subprocess._fork_exec where there is one.
+    home: tuple[str, str] = ("", "")
+    #: The tag after "OSError:<errno>:" for a failed chdir() in the child:
+    #: "noexec:chdir" where _execute_child reads that (3.13+), else "noexec".
+    chdir_tag: bytes = b""
+    #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
+    #: always gets "posix_spawn: embedded null character in path"), asked.
+    posix_spawn_str_nul: str = ""
+    #: Popen._get_handles closes the pipes it made when a later one fails:
+    #: where Popen has the _on_error_fd_closer that CPython added with that
+    #: (3.11.? and 3.12+; not Debian 12's 3.11.2); elsewhere they leak.
+    get_handles_cleans_up: bool = False
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
 POSIX_SPAWN_PATH_NUL = "posix_spawn: embedded null character in path"
 _V39 = Internals(
-    params=_PARAMS_21, caller=_CALLER_21, home=("_posixsubprocess", "fork_exec"),
-    chdir_tag=b"noexec", int_parser="format_i", too_many_groups="too many groups",
-    can_vfork=False, posix_spawn_environ=True, posix_spawn_str_nul="embedded null byte",
+    params=_PARAMS_21, caller=_CALLER_21, int_parser="format_i",
+    too_many_groups="too many groups", can_vfork=False, posix_spawn_environ=True,
     wrong_count="fork_exec() takes exactly {wanted} arguments ({given} given)",
-    mp_default="fork", get_handles_cleans_up=False,
+    mp_default="fork",
 )
-_V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, home=("subprocess", "_fork_exec"),
-                      can_vfork=True, get_handles_cleans_up=True)
+_V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, can_vfork=True)
 _CLINIC_COUNT = "fork_exec expected {wanted} arguments, got {given}"
-_V313 = _V311._replace(chdir_tag=b"noexec:chdir", int_parser="clinic",
-                       too_many_groups="too many extra_groups", posix_spawn_environ=False,
-                       posix_spawn_str_nul=POSIX_SPAWN_PATH_NUL, wrong_count=_CLINIC_COUNT)
+_V313 = _V311._replace(int_parser="clinic", too_many_groups="too many extra_groups",
+                       posix_spawn_environ=False, wrong_count=_CLINIC_COUNT)
 # 3.14: fork_exec lost allow_vfork (22 arguments), subprocess lost _USE_VFORK;
 # multiprocessing defaults to forkserver.
 _V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
 
-#: Keyed by sys.version_info[:2]. Every entry was read from that version's
-#: sources and checked by running it (3.14 and 3.15: Debian's python3.14
-#: 3.14.10 and python3.15 3.15.2, in .ci/lanes/sid.sh). require() also checks
-#: each call at run time and refuses a CPython whose call differs.
+#: Keyed by sys.version_info[:2]: what changed with a minor release only (a
+#: signature, Argument Clinic, a new os.posix_spawn feature, a default).
+#: Every entry was read from that version's sources and checked by running it
+#: (3.14 and 3.15: Debian's python3.14 3.14.10 and python3.15 3.15.2, in
+#: .ci/lanes/sid.sh). require() also checks each call at run time and refuses
+#: a CPython whose call differs; the rows a patch release can change,
+#: _looked_up() reads from the running CPython.
 TABLE: dict[tuple[int, int], Internals] = {
     (3, 9): _V39,
     (3, 10): _V39._replace(can_vfork=True),
@@ -164,6 +170,31 @@ TABLE: dict[tuple[int, int], Internals] = {
     (3, 14): _V314,
     (3, 15): _V314,
 }
+
+
+def _posix_spawn_str_nul() -> str:
+    """os.posix_spawn's own ValueError for a str path with a NUL: its path
+    converter refuses it before anything starts."""
+    try:
+        os.posix_spawn("\0", ["\0"], {})
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError("os.posix_spawn took a path with a NUL")  # pragma: no cover
+
+
+def _looked_up(internals: Internals) -> Internals:
+    """``internals`` with the rows a patch release can change read from this
+    CPython (Debian 12's 3.11.2 has no _get_handles cleanup; 3.11.7 has)."""
+    popen: Any = subprocess.Popen
+    return internals._replace(
+        home=(("subprocess", "_fork_exec") if hasattr(subprocess, "_fork_exec")
+              else ("_posixsubprocess", "fork_exec")),
+        chdir_tag=(b"noexec:chdir" if "noexec:chdir" in popen._execute_child.__code__.co_consts
+                   else b"noexec"),
+        posix_spawn_str_nul=_posix_spawn_str_nul(),
+        get_handles_cleans_up=hasattr(popen, "_on_error_fd_closer"),
+    )
+
 
 #: Where Popen() takes preexec_fn positionally (after args, bufsize, executable
 #: and the three standard streams), read from the running CPython's code
@@ -198,6 +229,7 @@ def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str,
 
 def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
     internals = TABLE.get(version)
+    internals = None if internals is None else _looked_up(internals)
     shown = f"CPython {version[0]}.{version[1]}"
     if free_threaded:
         # Not known to be safe: the C environment copy for env=None relies on

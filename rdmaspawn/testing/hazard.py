@@ -57,7 +57,8 @@ MADV_DONTFORK = 10
 # for a small registered buffer.
 _BUFFER_SIZE = 16 * 1024
 
-# ibv_is_fork_initialized() results.
+# ibv_is_fork_initialized() results.  rdma-core added the call in v35; an
+# older libibverbs (33.2, Debian 11) has no such symbol and cannot say.
 _FORK_STATES = {0: "disabled", 1: "enabled", 2: "unneeded"}
 
 
@@ -81,7 +82,8 @@ class Hazard:
     arena: int
     #: The buffer malloc()ed in the fresh thread (leaked on purpose).
     buffer: int
-    #: ``ibv_is_fork_initialized()`` before and after (``"verbs"``), else ``None``.
+    #: ``ibv_is_fork_initialized()`` before and after (``"verbs"``), else ``None``;
+    #: ``None`` too where the library has no such call (rdma-core before 35).
     fork_state_before: str | None = None
     fork_state_after: str | None = None
     #: Why ``"auto"`` planted with madvise instead of libibverbs, else ``None``.
@@ -144,11 +146,21 @@ def _load_verbs() -> ctypes.CDLL | None:
         return None
     verbs.ibv_fork_init.restype = ctypes.c_int
     verbs.ibv_fork_init.argtypes = []
-    verbs.ibv_is_fork_initialized.restype = ctypes.c_int
-    verbs.ibv_is_fork_initialized.argtypes = []
     verbs.ibv_dontfork_range.restype = ctypes.c_int
     verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     return verbs
+
+
+def _fork_state(verbs: ctypes.CDLL) -> str | None:
+    """What ``ibv_is_fork_initialized()`` answers; None where the library has
+    no such call (looked up, as ctypes does, with dlsym)."""
+    try:
+        is_initialized = verbs.ibv_is_fork_initialized
+    except AttributeError:
+        return None
+    is_initialized.restype = ctypes.c_int
+    is_initialized.argtypes = []
+    return _FORK_STATES.get(is_initialized(), "unknown")
 
 
 def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
@@ -157,14 +169,14 @@ def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
     verbs = _load_verbs()
     if verbs is None:
         return None, None, f"cannot load {VERBS_LIBRARY} (to get it: {INSTALL_VERBS})"
-    if _FORK_STATES.get(verbs.ibv_is_fork_initialized()) == "unneeded":
+    before = _fork_state(verbs)
+    if before == "unneeded":
         return None, None, (
             "ibv_is_fork_initialized() says fork support is unneeded "
             "(kernel copy-on-fork): libibverbs will not mark DONTFORK"
         )
     # ibv_fork_init() must come before any registration, so before the
     # buffer exists; like ibv_reg_mr(), ibv_dontfork_range() then marks it.
-    before = _FORK_STATES.get(verbs.ibv_is_fork_initialized(), "unknown")
     rc = verbs.ibv_fork_init()
     if rc != 0:
         return None, None, f"ibv_fork_init() failed: {os.strerror(rc)}"
@@ -228,7 +240,7 @@ def plant(method: str = "auto") -> Hazard:
         rc = verbs.ibv_dontfork_range(start, length)
         if rc != 0:
             raise HazardError(f"ibv_dontfork_range() failed: {os.strerror(abs(rc))}")
-        after = _FORK_STATES.get(verbs.ibv_is_fork_initialized(), "unknown")
+        after = _fork_state(verbs)
         hazard = Hazard(
             "verbs",
             library_path("libibverbs.so"),

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                              "fork on 3.9-3.13)")
     parser.add_argument("--repair", choices=("auto", "off"), default="auto",
                         help="auto (default): where the kernel reports copy-on-fork, keep "
-                             "libibverbs' MADV_DONTFORK marks out of every fork() "
+                             "libibverbs' MADV_DONTFORK marks off the pages a fork() child needs "
                              "(rdmaspawn.repair_fork()); there --start-method is not applied "
                              "and fork stays fork. off: never")
     parser.add_argument("-v", "--verbose", action="store_true",

@@ -56,8 +56,10 @@ __all__ = [
     "run_with_hazard",
     "shm_file",
     "torch_available",
+    "verbs_answers_fork_state",
     "verbs_available",
     "verbs_file",
+    "works_in_child",
 ]
 
 #: Exit status of the child when plant() raised HazardError.
@@ -108,7 +110,7 @@ _TORCH_PROBE = "import torch.distributed as d; assert d.is_available() and d.is_
 
 
 @functools.cache
-def _works_in_child(code: str) -> bool:
+def works_in_child(code: str) -> bool:
     """Whether ``code`` runs in a fresh interpreter (so pytest itself maps nothing)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True,
                           check=False).returncode == 0
@@ -123,9 +125,14 @@ def _require(available: bool, message: str, env_var: str) -> None:
     pytest.skip(message)
 
 
+def verbs_answers_fork_state() -> bool:
+    """Whether the system libibverbs has ibv_is_fork_initialized() (rdma-core 35+)."""
+    return works_in_child(_VERBS_PROBE + ".ibv_is_fork_initialized")
+
+
 def verbs_available() -> bool:
     """Whether libibverbs.so.1 loads (probed in a child, so pytest never maps it)."""
-    return _works_in_child(_VERBS_PROBE)
+    return works_in_child(_VERBS_PROBE)
 
 
 def require_verbs() -> None:
@@ -136,7 +143,7 @@ def require_verbs() -> None:
 
 def pyverbs_available() -> bool:
     """Whether ``import pyverbs.fork`` works (probed in a child)."""
-    return _works_in_child(_PYVERBS_PROBE)
+    return works_in_child(_PYVERBS_PROBE)
 
 
 def require_pyverbs() -> None:
@@ -322,7 +329,7 @@ def verbs_file() -> str | None:
 
 def torch_available() -> bool:
     """Whether torch, with gloo, imports (probed in a child)."""
-    return _works_in_child(_TORCH_PROBE)
+    return works_in_child(_TORCH_PROBE)
 
 
 def require_torch() -> None:

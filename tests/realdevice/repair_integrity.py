@@ -7,7 +7,11 @@ RDMAV_FORK_SAFE=1 (libibverbs marks its registrations MADV_DONTFORK).  One
 process on rxe0: a CQ, an RC queue pair connected to itself, a target of 256
 bytes malloc()ed by a fresh thread (its page holds that thread arena's
 header) registered where it lies, and a source registered by pyverbs.
-MODE ``repair`` calls rdmaspawn.repair_fork() first; ``control`` does not;
+MODE ``repair`` calls rdmaspawn.repair_fork() first; ``exact`` calls it
+before registering a target of three pages and more with unaligned ends (in
+a fresh thread's arena too), so that libibverbs' own mark, made exact by the
+repair, covers its inner pages only, and the child writes the target's first
+and last bytes (the pages it shares); ``control`` does not;
 ``unmarked`` (by hand, for kernels that do not copy) undoes the target page's
 mark itself with no repair; ``hugetlb`` does the same for a target on a huge
 page of its own, of the kernel's default size (vm.nr_hugepages > 0: 2 MiB on
@@ -48,16 +52,20 @@ from pyverbs.wr import SGE, RecvWR, SendWR  # noqa: E402
 import rdmaspawn  # noqa: E402
 
 DEVICE, PORT = "rxe0", 1
-LENGTH = 256
-# What each writer puts where: distinct, so any byte read tells its writer.
-BEFORE = b"\x11" * LENGTH          # the target before the fork
-WRITTEN = bytes(range(LENGTH))     # the source the device RDMA-WRITEs
-SENT = bytes(255 - i for i in range(LENGTH))  # the source the device SENDs
+MODES = ("repair", "exact", "control", "unmarked", "hugetlb")
 CHILD = b"\xcc"                     # the child, everywhere it writes
 PARENT = b"\x5a"                    # the parent, on the page outside the target
 MADV_DOFORK = 11
 MAP_HUGETLB = 0x40000
 SPARE = 128                         # bytes of the page the parents' writes cover
+
+
+def patterns(length: int) -> tuple[bytes, bytes, bytes]:
+    """What each writer puts in a target of ``length`` bytes: the bytes before
+    the fork, the source the device RDMA-WRITEs, the one it SENDs. Distinct
+    from each other and from CHILD and PARENT, so any byte read tells its writer."""
+    return (b"\x11" * length, bytes(i % 251 for i in range(length)),
+            bytes(255 - i % 251 for i in range(length)))
 
 
 def default_huge_page() -> int:
@@ -117,10 +125,17 @@ def complete(cq: CQ, *wr_ids: int) -> list[dict[str, object]]:
     return [done.get(i, {"status": "timeout", "ok": False}) for i in wr_ids]
 
 
+def repair_report(r: rdmaspawn.ForkRepair) -> dict[str, object]:
+    return {"active": r.active, "reason": r.reason, "libraries": r.libraries,
+            "rewritten": r.rewritten, "unmarked": r.unmarked, "small": r.small}
+
+
 def main() -> int:
     mode = sys.argv[1]
-    if mode not in ("repair", "control", "unmarked", "hugetlb"):
+    if mode not in MODES:
         raise SystemExit(f"unknown mode {mode!r}")
+    length = 3 * verbs.PAGE + 200 if mode == "exact" else 256
+    before, written, sent = patterns(length)
     context = Context(name=DEVICE)
     pd = PD(context)
     cq = CQ(context, 16)
@@ -131,29 +146,32 @@ def main() -> int:
         huge = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
         target = ctypes.addressof(ctypes.c_char.from_buffer(huge))
     else:
-        target = verbs.thread_malloc(LENGTH)
-    tmr = MR(pd, LENGTH, access, address=target)
-    smr = MR(pd, LENGTH, e.IBV_ACCESS_LOCAL_WRITE)
-    # The rest of the page: the last SPARE bytes, in the arena's top chunk
-    # (free), never in its header or the target.
+        target = verbs.thread_malloc(length)
+    report: dict[str, object] = {"mode": mode, "gid_index": gid_index, "length": length}
+    if mode == "exact":  # in force before the registration: its mark is made exact
+        report["repair"] = repair_report(rdmaspawn.repair_fork())
+    tmr = MR(pd, length, access, address=target)
+    smr = MR(pd, length, e.IBV_ACCESS_LOCAL_WRITE)
+    # The rest of the target's last page: the last SPARE bytes, in the
+    # arena's top chunk (free), never in its header or the target.
+    last = target + length - 1
     page = target - target % size
-    spare = page + size - SPARE
-    if spare < target + LENGTH + 32:
+    spare = last - last % size + size - SPARE
+    if spare < target + length + 32:
         raise SystemExit(f"no room on the page after the target at 0x{target:x}")
-    write(target, BEFORE)
-    report: dict[str, object] = {"mode": mode, "gid_index": gid_index,
-                                 "target_page_offset": target - page}
+    write(target, before)
+    report["target_page_offset"] = target - page
     report["dc_before_repair"] = verbs.dc(target)
+    report["dc_inner"] = verbs.dc(target + length // 2)
     if mode == "repair":
-        r = rdmaspawn.repair_fork()
-        report["repair"] = {"active": r.active, "reason": r.reason,
-                            "libraries": r.libraries, "rewritten": r.rewritten,
-                            "unmarked": r.unmarked}
+        report["repair"] = repair_report(rdmaspawn.repair_fork())
     elif mode in ("unmarked", "hugetlb"):  # by hand, no repair: the page's mark undone
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         report["madvise"] = libc.madvise(page, size, MADV_DOFORK)
     report["dc_at_fork"] = verbs.dc(target)
+    report["dc_last_at_fork"] = verbs.dc(last)
+    report["dc_inner_at_fork"] = verbs.dc(target + length // 2)
 
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
@@ -166,7 +184,11 @@ def main() -> int:
             os.close(ready_r)
             if parent_first:
                 os.read(go_r, 1)
-            write(target, CHILD * LENGTH)
+            if mode == "exact":  # the pages it shares: first and last; not the inner ones
+                write(target, CHILD * 64)
+                write(last - 63, CHILD * 64)
+            else:
+                write(target, CHILD * length)
             write(spare, CHILD * SPARE)
             os.write(ready_w, b"w")
             time.sleep(0.5)
@@ -180,27 +202,27 @@ def main() -> int:
     os.close(ready_r)
 
     write(spare, PARENT * SPARE)
-    smr.write(WRITTEN, LENGTH)
-    sge = SGE(smr.buf, LENGTH, smr.lkey)
+    smr.write(written, length)
+    sge = SGE(smr.buf, length, smr.lkey)
     wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[sge],
                 send_flags=e.IBV_SEND_SIGNALED)
     wr.set_wr_rdma(tmr.rkey, target)
     qp.post_send(wr)
     [report["rdma_write"]] = complete(cq, 1)
-    report["after_write"] = read(target, LENGTH).hex()
+    report["after_write"] = read(target, length).hex()
 
-    qp.post_recv(RecvWR(wr_id=2, num_sge=1, sg=[SGE(target, LENGTH, tmr.lkey)]))
-    smr.write(SENT, LENGTH)
+    qp.post_recv(RecvWR(wr_id=2, num_sge=1, sg=[SGE(target, length, tmr.lkey)]))
+    smr.write(sent, length)
     qp.post_send(SendWR(wr_id=3, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge],
                         send_flags=e.IBV_SEND_SIGNALED))
     report["send"], report["recv"] = complete(cq, 3, 2)
-    report["after_send"] = read(target, LENGTH).hex()
+    report["after_send"] = read(target, length).hex()
     report["spare"] = read(spare, SPARE).hex()
 
     _, status = os.waitpid(pid, 0)
     report["child"] = (f"exit {os.waitstatus_to_exitcode(status)}" if os.WIFEXITED(status)
                        else f"signal {signal.Signals(os.WTERMSIG(status)).name}")
-    report["expected"] = {"after_write": WRITTEN.hex(), "after_send": SENT.hex(),
+    report["expected"] = {"after_write": written.hex(), "after_send": sent.hex(),
                           "spare": (PARENT * SPARE).hex()}
     report["kernel"] = os.uname().release
     report["rdma_system"] = subprocess.run(["rdma", "system", "show"], capture_output=True,

@@ -7,7 +7,10 @@ does the work in a throwaway process per mode (``repair``: with
 rdmaspawn.repair_fork(); ``control``: without), both with RDMAV_FORK_SAFE=1:
 a loopback RC queue pair on rxe0, a target registered in a thread arena's
 page, a fork whose child writes its copy of that page, then the parent's own
-writes and the device's RDMA WRITE and SEND into the target.
+writes and the device's RDMA WRITE and SEND into the target. ``exact``: the
+repair in force before a target of more than three pages with unaligned
+ends is registered, so its mark covers the inner pages only, and the child
+writes the first and last.
 
 Which kernel this is comes from iproute2 (``rdma system show``: copy-on-fork
 on), not from rdmaspawn: where the kernel copies pinned pages at fork (6.1)
@@ -46,7 +49,7 @@ def kernel_copies_at_fork() -> bool:
 COPIES = kernel_copies_at_fork()
 
 
-@pytest.fixture(scope="module", params=("repair", "control"))
+@pytest.fixture(scope="module", params=("repair", "exact", "control"))
 def run(request):
     """The helper's report for one mode (recorded for the lane)."""
     env = dict(os.environ, RDMAV_FORK_SAFE="1")
@@ -63,7 +66,8 @@ def test_parent_reads_the_device_and_itself(run):
     """After the fork the parent sees the device's RDMA WRITE, then its SEND,
     in the target, and its own bytes on the rest of the page: no byte of the
     child's, with the repair or the marks alike."""
-    assert run["dc_before_repair"] is True, run  # libibverbs marked the page
+    if run["mode"] != "exact" or not COPIES:
+        assert run["dc_before_repair"] is True, run  # libibverbs marked the page
     assert run["rdma_write"]["ok"], run
     assert run["after_write"] == run["expected"]["after_write"], run
     assert run["send"]["ok"] and run["recv"]["ok"], run
@@ -82,9 +86,14 @@ def test_repair_in_force_where_the_kernel_copies(run):
         assert run["dc_at_fork"] is True, run
         return
     assert run["repair"]["active"] is True, run
-    assert run["dc_at_fork"] is False, run
+    assert run["dc_at_fork"] is False and run["dc_last_at_fork"] is False, run
     assert run["child_wrote"] is True, run
     assert run["child"] == "exit 0", run
+    if run["mode"] == "exact":
+        # Registered once the repair was in force: libibverbs' mark covers the
+        # inner pages only, never the first and last, which the child wrote.
+        assert run["dc_before_repair"] is False and run["dc_inner_at_fork"] is True, run
+        assert run["repair"]["rewritten"] >= 1, run
 
 
 def test_repair_refused_where_the_kernel_does_not_copy(run):

@@ -4,7 +4,7 @@ doctor's own process, from its Python state.
 ============================  ==============================================
 in force                      what it does for a fork()
 ============================  ==============================================
-the fork repair               libibverbs' marks are kept out of every fork():
+the fork repair               libibverbs' marks kept off the pages a fork() child needs:
                               fork() children get every page
 ``patch()``                   subprocess (and what is built on it) starts
                               children without fork()

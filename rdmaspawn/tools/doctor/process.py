@@ -11,8 +11,8 @@ from typing import Any
 from ..._host.forkrisk import classify
 from ..._host.processinfo import exe_path, read_environ
 from ..._host.procfs import Mapping, Pid, all_mappings, library_paths, max_map_count
-from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ..._native.forkrepair import IN_FORCE, USE_MADVISE
+from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
 from .facts import (
@@ -37,6 +37,9 @@ _FORK_NOTES = {
                 "registrations (other code still may)",
     "enabled": "ibv_fork_init() has run: every ibv_reg_mr() marks its pages MADV_DONTFORK",
     "unneeded": "the kernel copies DMA-pinned pages on fork; libibverbs marks nothing",
+    "unknown": "this libibverbs (rdma-core < 35) cannot say whether ibv_fork_init() has "
+               "run, and nothing it marked is mapped: another library may have turned "
+               "fork protection on, to mark what it registers next",
 }
 
 

@@ -46,7 +46,7 @@ def judge(r: Report) -> None:
     if r.fork_repair == "repairable":
         a.append("marked, repairable: this kernel copies DMA-pinned pages at fork, so the "
                  "marks protect nothing: rdmaspawn.repair_fork() at start-up (or "
-                 "RDMASPAWN=on, rdmaspawn run) keeps them out of every fork(), and "
+                 "RDMASPAWN=on, rdmaspawn run) keeps them off the pages a fork() child needs, and "
                  "os.fork() and multiprocessing's fork work again")
     elif r.fork_repair.startswith("not repairable"):
         r.notes.append(f"marked, {r.fork_repair}: {r.fork_repair_note}")

@@ -1,0 +1,155 @@
+"""What a fork pays for a pinned page left unmarked, against a mark's mappings.
+
+The fork repair leaves a registration unmarked when it has fewer whole
+pages inside than a threshold (csrc/forkrepair.c). Two costs meet there,
+both paid by every fork:
+
+- a pinned page without ``MADV_DONTFORK`` is copied into the child (Linux
+  5.9+); pages are pinned here the way ``ibv_reg_mr()`` pins them
+  (``FOLL_PIN | FOLL_LONGTERM``), as io_uring's fixed buffers, so no RDMA
+  device is needed;
+- a mark splits its mapping in up to three, and fork() copies each mapping.
+
+Worker processes of each shape take turns, round after round, each timing
+one ``os.fork()`` + ``waitpid()`` of a child that exits at once; the table
+gives each shape's median, its excess over the plain worker, and that excess
+per page copied or per mark. Nothing here passes or fails. ``--doc PAGE``
+writes the table between the page's markcost markers
+(docs/how-it-works.md holds them).
+
+    python -m rdmaspawn.bench.markcost [--rounds 21] [--doc PAGE]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from .doctable import check_page, publish, ran_on
+
+# One worker: builds its shape, then answers each line on stdin with the
+# milliseconds of one fork + wait. Its first line: "ok" or why it cannot.
+WORKER = r"""
+import ctypes, mmap, os, sys, time
+kind, n = sys.argv[1], int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.syscall.restype = ctypes.c_long
+page = mmap.PAGESIZE
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+keep = []
+if kind in ("pinned", "marked"):
+    params = (ctypes.c_uint32 * 30)()
+    ring = libc.syscall(425, 8, params)  # io_uring_setup
+    if ring < 0:
+        print(f"no io_uring here (errno {ctypes.get_errno()})", flush=True); sys.exit(0)
+    size = n * page
+    buf = libc.mmap(None, size, 3, 0x22, -1, 0)
+    ctypes.memset(buf, 1, size)
+    iov = IoVec(buf, size)
+    if libc.syscall(427, ring, 0, ctypes.byref(iov), 1) != 0:  # IORING_REGISTER_BUFFERS
+        print(f"io_uring would not pin {size} bytes (errno {ctypes.get_errno()})", flush=True)
+        sys.exit(0)
+    if kind == "marked":
+        assert libc.madvise(buf, size, 10) == 0
+    keep.append(ring)
+elif kind == "marks":
+    buf = libc.mmap(None, 2 * n * page, 3, 0x22, -1, 0)
+    ctypes.memset(buf, 1, 2 * n * page)
+    for i in range(n):  # every other page: each mark a mapping of its own, and one between
+        assert libc.madvise(buf + 2 * i * page, page, 10) == 0
+print("ok", flush=True)
+for _ in sys.stdin:
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print((time.perf_counter() - t) * 1e3, flush=True)
+"""
+
+# (label, worker kind, n, unit of the excess): n pages pinned, or n marks.
+SHAPES = [
+    ("plain", "plain", 0, ""),
+    ("16 MiB pinned, marked", "marked", 4096, ""),
+    ("16 MiB pinned, unmarked", "pinned", 4096, "page"),
+    ("64 MiB pinned, unmarked", "pinned", 16384, "page"),
+    ("1,000 marks", "marks", 1000, "mark"),
+    ("10,000 marks", "marks", 10000, "mark"),
+]
+
+
+class _Worker:
+    """One shape's worker process: ``first`` is "ok" or why it could not build it."""
+
+    def __init__(self, kind: str, n: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, kind, str(n)], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.first = self.stdout.readline().strip()
+
+    def fork_ms(self) -> float:
+        self.stdin.write("\n")
+        self.stdin.flush()
+        return float(self.stdout.readline())
+
+    def close(self) -> int:
+        self.stdin.close()
+        return self.proc.wait()
+
+
+def measure(rounds: int) -> list[tuple[str, str, int, str, float | None, str]]:
+    """Each shape's median fork in ms (None and why, where it cannot be built)."""
+    workers, why = {}, {}
+    for label, kind, n, _ in SHAPES:
+        w = _Worker(kind, n)
+        if w.first == "ok":
+            workers[label] = w
+        else:
+            code = w.close()
+            why[label] = w.first or f"the worker exited {code}"
+    times: dict[str, list[float]] = {label: [] for label in workers}
+    for _ in range(rounds):
+        for label, w in workers.items():
+            times[label].append(w.fork_ms())
+    for w in workers.values():
+        w.close()
+    return [(label, kind, n, unit,
+             statistics.median(times[label]) if label in times else None, why.get(label, ""))
+            for label, kind, n, unit in SHAPES]
+
+
+def table(rows: list[tuple[str, str, int, str, float | None, str]], rounds: int) -> list[str]:
+    plain = rows[0][4]
+    lines = [ran_on("markcost", rounds) + ", turn about:", "",
+             "| shape | fork | over plain | per page copied or per mark |",
+             "|---|---:|---:|---:|"]
+    for label, _, n, unit, ms, why in rows:
+        if ms is None or plain is None:
+            lines.append(f"| {label} | - | - | {why} |")
+            continue
+        each = f"{(ms - plain) * 1e3 / n:.2f} us per {unit}" if unit else ""
+        lines.append(f"| {label} | {ms:.2f} ms | {ms - plain:+.2f} ms | {each} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rdmaspawn.bench.markcost",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--doc", type=Path, help="write the table between PAGE's markers")
+    ns = parser.parse_args(argv)
+    check_page("markcost", ns.doc)
+    publish("markcost", table(measure(ns.rounds), ns.rounds), ns.doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
