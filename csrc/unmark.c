@@ -8,33 +8,40 @@
  * calls (mapwalk.c) inside a fork()'s prepare handler:
  *
  *   marked mapping                                   risk     the sweep
- *   -----------------------------------------------  -------  ----------
+ *   -----------------------------------------------  -------  -------------------
  *   the kernel's or a driver's (rs_driver_mapping)   none     keeps it
  *   anonymous, on pages of its own (no anonymous     none     keeps it
  *   neighbour, not a glibc thread heap, not a
  *   block malloc mapped)
  *   the repair's own exact marks (forkrepair.c)      none     keeps it
- *   the brk heap, a stack, a glibc thread heap,      a hazard takes it off
- *   a block malloc mapped (its header),
- *   anonymous memory bordering other memory, a
- *   file, shared memory, anything else
+ *   anonymous memory bordering other memory, a       a hazard takes it off its
+ *   block malloc mapped (its header)                          first and last page
+ *   the brk heap, a stack, a glibc thread heap,      a hazard takes it off whole
+ *   a file, shared memory, anything else
  *
- * A marked mapping is the union of whatever was marked there, so which of
- * its pages hold another owner's data (malloc's chunk headers, Python's
- * objects) cannot be told: a hazard's mark is taken off whole, and on a
- * kernel that copies pinned pages at fork its registered pages are then
- * copied into each child until they are deregistered. Marks made after the
- * repair found libibverbs are kept exact instead (forkrepair.c).
+ * Marking rounds a registration out to whole pages, so outside malloc's
+ * heaps what a mark took from anyone else lies on its first and last page:
+ * the rest of an anonymous mapping is one allocation's, the registered
+ * buffer's (which a child never had under ibv_fork_init()), and stays
+ * marked, so the kernel does not copy it into every child. Where two marks
+ * met and merged, the page where they meet is not told apart and stays
+ * marked. In malloc's heaps every page may hold another allocation's chunk
+ * header, so there the mark goes whole, and on a kernel that copies pinned
+ * pages at fork those registered pages are copied into each child until
+ * they are deregistered. Marks made after the repair found libibverbs are
+ * exact from the start (forkrepair.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include "arch.h"
+#include "exactmarks.h"
 #include "mapwalk.h"
 #include "rdmaspawn.h"
 #include "unmark.h"
@@ -142,15 +149,22 @@ static int malloc_block(const struct rs_vma *m)
     return m->perms[0] == 'r' && head[0] == 0 && (head[1] & 2) && (head[1] & ~(uintptr_t)7) == m->hi - m->lo;
 }
 
-static int mark_hurts(const struct rs_vma *m, const struct rs_vma *prev, const struct rs_vma *next)
+/* What the sweep does with a marked mapping. */
+enum action { KEEP, EDGES, WHOLE };
+
+static enum action action_for(const struct rs_vma *m, const struct rs_vma *prev,
+                              const struct rs_vma *next)
 {
     if (rs_driver_mapping(m->path, m->io || m->pf) || rs_repair_exact(m->lo, m->hi))
-        return 0;
+        return KEEP;
     if (!anonymous(m))
-        return 1;
-    if ((prev && feeds(prev, m->lo, m->hi)) || (next && feeds(next, m->lo, m->hi)))
-        return 1;
-    return thread_heap(m, next) || malloc_block(m);
+        return WHOLE;
+    if (thread_heap(m, next))
+        return WHOLE;
+    if ((prev && feeds(prev, m->lo, m->hi)) || (next && feeds(next, m->lo, m->hi))
+            || malloc_block(m))
+        return EDGES;
+    return KEEP;
 }
 
 /* The walk's state: the mapping before the one awaiting its decision, and
@@ -158,15 +172,38 @@ static int mark_hurts(const struct rs_vma *m, const struct rs_vma *prev, const s
 struct sweep {
     struct rs_vma prev, held;
     int have_prev, holding;
+    unsigned long page;
     long unmarked;
 };
+
+static long dofork(unsigned long lo, unsigned long hi)
+{
+    return rs_sys3(SYS_madvise, (long)lo, (long)(hi - lo), MADV_DOFORK);
+}
 
 static void decide(struct sweep *s, const struct rs_vma *next)
 {
     const struct rs_vma *m = &s->held;
-    if (mark_hurts(m, s->have_prev ? &s->prev : NULL, next)
-            && rs_sys3(SYS_madvise, (long)m->lo, (long)(m->hi - m->lo), MADV_DOFORK) == 0)
-        s->unmarked++;
+    unsigned long page = s->page;
+    switch (action_for(m, s->have_prev ? &s->prev : NULL, next)) {
+    case KEEP:
+        return;
+    case WHOLE:
+        if (dofork(m->lo, m->hi) == 0)
+            s->unmarked++;
+        return;
+    case EDGES:
+        if (m->hi - m->lo <= 2 * page) {
+            if (dofork(m->lo, m->hi) == 0)
+                s->unmarked++;
+        } else if (dofork(m->lo, m->lo + page) == 0 && dofork(m->hi - page, m->hi) == 0) {
+            /* What is left is the inner pages of what was marked: the
+             * repair's own from now on (the guard does not count them). */
+            rs_exact_remember(m->lo + page, m->hi - page);
+            s->unmarked++;
+        }
+        return;
+    }
 }
 
 static void copy_vma(struct rs_vma *to, const struct rs_vma *from)
@@ -203,6 +240,7 @@ static struct sweep state;
 
 long rs_unmark_hazards(void)
 {
+    state.page = getauxval(AT_PAGESZ);  /* the loader's copy: no call into the kernel */
     state.have_prev = state.holding = 0;
     state.unmarked = 0;
     long rc = rs_map_walk("/proc/self/smaps", step, &state);

@@ -27,7 +27,7 @@ import textwrap
 import pytest
 from helpers.child import python_argv
 from helpers.hazard import require_verbs
-from helpers.repair import PREAMBLE, run
+from helpers.repair import PREAMBLE, doctor_on_holder, run
 
 from rdmaspawn._host.rdmanetlink import rdma_netlink_copy_on_fork
 
@@ -357,27 +357,16 @@ def test_the_doctor_tells_a_repaired_process_from_outside(repaired: bool) -> Non
     next fork) it says 'repaired' and OK; without it, HAZARD and what this
     kernel allows. Read from outside: the repair's marker mapping."""
     start = "forkrepair.start_without_asking()\n" if repaired else ""
-    code = PREAMBLE + start + textwrap.dedent("""
+    said, report, rc = doctor_on_holder(start + textwrap.dedent("""
         h = plant('verbs')
         print(json.dumps({"marked": is_dontfork(h.start)}), flush=True)
         sys.stdin.read()
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RDMASPAWN", "RDMAV_"))}
-    holder = subprocess.Popen(python_argv(code), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
-    try:
-        assert json.loads(holder.stdout.readline()) == {"marked": True}
-        doctor = ("import sys; from rdmaspawn.tools.doctor.cli import main; "
-                  f"sys.exit(main(['--pid', '{holder.pid}', '--json']))")
-        r = subprocess.run(python_argv(doctor), capture_output=True, text=True, timeout=120)
-        report = json.loads(r.stdout)
-    finally:
-        holder.stdin.close()
-        holder.wait(60)
+    """))
+    assert said == {"marked": True}
     copies, _ = rdma_netlink_copy_on_fork()
     if repaired:
-        assert (report["fork_repair"], report["verdict"], r.returncode) == ("repaired", "OK", 0)
+        assert (report["fork_repair"], report["verdict"], rc) == ("repaired", "OK", 0)
         assert any(n.startswith("marked, repaired") for n in report["notes"]), report["notes"]
     else:
         word = "repairable" if copies else "not repairable on this kernel"
-        assert (report["fork_repair"], report["verdict"], r.returncode) == (word, "HAZARD", 1)
+        assert (report["fork_repair"], report["verdict"], rc) == (word, "HAZARD", 1)

@@ -18,15 +18,12 @@ and by ``madvise()``: nothing is registered, so nothing is pinned.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import textwrap
 
 import pytest
-from helpers.child import python_argv
 from helpers.hazard import require_verbs
-from helpers.repair import PREAMBLE, run
+from helpers.repair import doctor_on_holder, run
 
 from rdmaspawn._rdmaspawn_cffi import lib
 
@@ -36,18 +33,23 @@ def _verbs() -> None:
     require_verbs()
 
 
+# libibverbs with fork protection on (it marks), the repair started (it finds
+# this libibverbs), and libc's malloc.
+STARTED = """
+verbs = ctypes.CDLL("libibverbs.so.1")
+verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+verbs.ibv_dofork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+assert verbs.ibv_fork_init() == 0
+forkrepair.start_without_asking()
+libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
+"""
+
 # Registrations after the start: blocks of malloc (a block it maps, and one
 # in a thread's arena) with ends that are not page-aligned.
-EXACT = """
+EXACT = STARTED + textwrap.dedent("""
     from rdmaspawn._host.procfs import mapping_at
     import mmap
     page = mmap.PAGESIZE
-    verbs = ctypes.CDLL("libibverbs.so.1")
-    verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    verbs.ibv_dofork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    assert verbs.ibv_fork_init() == 0
-    forkrepair.start_without_asking()
-    libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
     def register_in_a_thread(size, out):
         p = libc.malloc(size)  # a thread's arena below the mmap threshold
         out.append(p)
@@ -82,7 +84,7 @@ EXACT = """
         report[name]["vouched_after"] = bool(inner) and forkrepair.vouches(inner[0].start,
                                                                            inner[0].end)
     report["state"] = forkrepair.repair_state()._asdict()
-"""
+""")
 
 
 def test_a_registration_keeps_its_inner_pages_marked_and_its_edges_not() -> None:
@@ -125,6 +127,10 @@ FOREIGN = """
     assert libc.madvise(own, 1 << 20, 10) == 0
     block = libc.malloc(1 << 20) - 16  # its header: the mapping's start
     assert libc.madvise(block, (1 << 20) + page, 10) == 0
+    pair = libc.mmap(None, 2 << 20, 3, 0x22, -1, 0)  # a buffer bordering anonymous memory
+    ctypes.memset(pair, 1, 2 << 20)
+    bordered = pair + (1 << 20)
+    assert libc.madvise(bordered, 1 << 20, 10) == 0
     params = (ctypes.c_uint32 * 30)()
     ring_fd = libc.syscall(425, 4, params)
     ring = None
@@ -133,7 +139,10 @@ FOREIGN = """
         ring = ctypes.addressof(ctypes.c_char.from_buffer(ring_map))
         assert libc.madvise(ring, page, 10) == 0
     h = plant("verbs")
-    marks = {"own": own, "malloc": block, "arena": h.start}
+    marks = {"own": own, "malloc": block, "arena": h.start, "bordered": bordered}
+    # Inside those two: their pages past the first and before the last.
+    inner = {"malloc": block + (512 << 10), "bordered": bordered + (512 << 10),
+             "malloc_last": block + (1 << 20), "bordered_last": bordered + (1 << 20) - page}
     if ring is not None:
         marks["kernel"] = ring
     before = {k: is_dontfork(a) for k, a in marks.items()}
@@ -143,6 +152,9 @@ FOREIGN = """
     if pid == 0:
         child_work(); os._exit(0)
     report = {"before": before, "after": {k: is_dontfork(a) for k, a in marks.items()},
+              "inner": {k: is_dontfork(a) for k, a in inner.items()},
+              "vouched": [forkrepair.vouches(block + page, block + (1 << 20)),
+                          forkrepair.vouches(bordered + page, bordered + (1 << 20) - page)],
               "fork": outcome(os.waitpid(pid, 0)[1]), "ring": ring_fd,
               "state": forkrepair.repair_state()._asdict()}
 """
@@ -150,17 +162,22 @@ FOREIGN = """
 
 def test_the_sweep_takes_off_only_the_marks_a_child_trips_on() -> None:
     """Marked before libibverbs was found: the program's own buffer on pages of
-    its own and the kernel's io_uring ring keep their marks; a block malloc
-    mapped (its header under the mark) and a thread arena's page are un-marked;
-    a fork child running Python lives."""
+    its own and the kernel's io_uring ring keep their marks; a thread arena's
+    page is un-marked; a block malloc mapped (its header under the mark) and a
+    buffer bordering other anonymous memory lose the mark on their first and
+    last page only (all a rounded mark can take from anyone else there), and
+    what stays is the repair's own; a fork child running Python lives."""
     r = run(FOREIGN.replace("HOLD", ""))
     assert all(r["before"].values()), r
-    expected = {"own": True, "malloc": False, "arena": False}
+    expected = {"own": True, "malloc": False, "arena": False, "bordered": False}
     if "kernel" in r["after"]:
         expected["kernel"] = True
     assert r["after"] == expected, r
+    assert r["inner"] == {"malloc": True, "bordered": True, "malloc_last": False,
+                          "bordered_last": False}, r
+    assert r["vouched"] == [True, True], r
     assert r["fork"] == "ok", r
-    assert r["state"]["unmarked"] == 2, r
+    assert r["state"]["unmarked"] == 3, r
 
 
 def test_the_doctor_says_which_mark_is_which() -> None:
@@ -168,21 +185,9 @@ def test_the_doctor_says_which_mark_is_which() -> None:
     program's own buffer is 'anon' (no risk), the block malloc mapped is
     'malloc-block' and the arena page 'arena' (hazards), the ring is the
     kernel's ('device', no risk)."""
-    code = PREAMBLE + textwrap.dedent(FOREIGN).replace(
+    marks, report, _ = doctor_on_holder(textwrap.dedent(FOREIGN).replace(
         "HOLD", "print(json.dumps({k: hex(a) for k, a in marks.items()}), flush=True)\n"
-        "sys.stdin.read()\nraise SystemExit(0)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RDMASPAWN", "RDMAV_"))}
-    holder = subprocess.Popen(python_argv(code), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
-    try:
-        marks = json.loads(holder.stdout.readline())
-        doctor = ("import sys; from rdmaspawn.tools.doctor.cli import main; "
-                  f"sys.exit(main(['--pid', '{holder.pid}', '--json']))")
-        res = subprocess.run(python_argv(doctor), capture_output=True, text=True, timeout=120)
-        report = json.loads(res.stdout)
-    finally:
-        holder.stdin.close()
-        holder.wait(60)
+        "sys.stdin.read()\nraise SystemExit(0)"))
     found = {f["start"]: (f["kind"], f["risk"]) for f in report["findings"]}
 
     def at(address: str) -> tuple[str, str] | None:
@@ -193,6 +198,7 @@ def test_the_doctor_says_which_mark_is_which() -> None:
         return None
 
     assert at(marks["own"]) == ("anon", "none"), found
+    assert at(marks["bordered"]) == ("anon-adjacent", "medium"), found
     assert at(marks["malloc"]) == ("malloc-block", "high"), found
     assert at(marks["arena"]) == ("arena", "high"), found
     if "kernel" in marks:
@@ -216,13 +222,7 @@ def test_marks_stay_bounded_through_registrations() -> None:
     leave the number of mappings where it was; 6,000 registrations held at
     once add at most two mappings per mark alive, and no more marks than
     the bound (the rest are left unmarked and counted)."""
-    r = run("""
-        verbs = ctypes.CDLL("libibverbs.so.1")
-        verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        verbs.ibv_dofork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        assert verbs.ibv_fork_init() == 0
-        forkrepair.start_without_asking()
-        libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p
+    r = run(STARTED + textwrap.dedent("""
         def maps():
             with open("/proc/self/maps", "rb") as f:
                 return f.read().count(b"\\n")
@@ -245,7 +245,7 @@ def test_marks_stay_bounded_through_registrations() -> None:
         for p, n in held:
             verbs.ibv_dofork_range(p, n)
         report["released"] = maps()
-    """, timeout=300)
+    """), timeout=300)
     state = r["state"]
     assert r["cycled"] == r["start"] and r["most"] <= r["start"] + 2, r
     assert state["bounded"] == 6000 - state["mark_bound"], r

@@ -152,6 +152,8 @@ def main() -> int:
         report["repair"] = repair_report(rdmaspawn.repair_fork())
     tmr = MR(pd, length, access, address=target)
     smr = MR(pd, length, e.IBV_ACCESS_LOCAL_WRITE)
+    if mode == "exact":  # the registrations' marking calls the repair made exact
+        report["rewritten_after"] = rdmaspawn.repair_fork().rewritten
     # The rest of the target's last page: the last SPARE bytes, in the
     # arena's top chunk (free), never in its header or the target.
     last = target + length - 1

@@ -93,7 +93,7 @@ def test_repair_in_force_where_the_kernel_copies(run):
         # Registered once the repair was in force: libibverbs' mark covers the
         # inner pages only, never the first and last, which the child wrote.
         assert run["dc_before_repair"] is False and run["dc_inner_at_fork"] is True, run
-        assert run["repair"]["rewritten"] >= 1, run
+        assert run["rewritten_after"] >= 1, run
 
 
 def test_repair_refused_where_the_kernel_does_not_copy(run):
