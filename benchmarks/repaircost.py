@@ -22,8 +22,20 @@ Prints the medians and the ratios to plain; nothing here passes or fails.
 ``--doc PAGE`` also writes the table between the page's repaircost markers
 (docs/how-it-works.md holds them).
 
+``--real`` (on a machine with an RDMA device: tests/realdevice/bench_vm.sh
+runs it in the soft-RoCE VM) times forks with memory really registered,
+marked, repaired and unmarked, and prints the table and one JSON line;
+``--vmas`` counts the mappings through register/deregister cycles. Both are
+``repairreal.py``'s; their ``--doc`` blocks are ``repaircost-real`` and
+``repaircost-vmas``.
+
     python -m rdmaspawn.bench.repaircost [--shapes 360:0,360:1,360:100,30000:0,...]
                                          [--rounds 21] [--doc PAGE]
+    python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
+                                         [--variants marked,repaired,unmarked,swept,loaded]
+                                         [--placement mmap|malloc|lone]
+    python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
+                                         [--large-every 1] [--window 16]
 """
 from __future__ import annotations
 
@@ -35,6 +47,7 @@ from pathlib import Path
 
 from rdmaspawn._host.interpreter import python_command
 
+from . import repairreal
 from .doctable import check_page, publish, ran_on
 
 DEFAULT_SHAPES = "360:0,360:1,360:100,30000:0,30000:1,30000:100"
@@ -141,14 +154,53 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES,
                         help="MAPPINGS:REGISTRATIONS,... (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--rounds", type=int, help="default: 21, with --real 11")
     parser.add_argument("--doc", type=Path, help="write the table between this page's markers")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--real", action="store_true",
+                      help="real registrations on an RDMA device (RDMASPAWN_BENCH_DEVICE, rxe0)")
+    mode.add_argument("--vmas", action="store_true",
+                      help="mappings through register/deregister cycles on an RDMA device")
+    parser.add_argument("--sizes", default="0,64,512,1024", help="--real: MiB registered")
+    parser.add_argument("--variants", default=",".join(repairreal.DEFAULT_VARIANTS),
+                        help=f"--real: of {','.join(repairreal.VARIANTS)} (default: %(default)s)")
+    parser.add_argument("--placement", choices=("mmap", "malloc", "lone"), default="mmap",
+                        help="--real: each registration a mapping of its own, a malloc()ed "
+                             "block, or a mapping between guard pages (default: %(default)s)")
+    parser.add_argument("--cycles", type=int, default=10000, help="--vmas (default: %(default)s)")
+    parser.add_argument("--large-mib", type=int, default=8, help="--vmas (default: %(default)s)")
+    parser.add_argument("--large-every", type=int, default=1,
+                        help="--vmas: a large registration every N cycles (default: %(default)s)")
+    parser.add_argument("--window", type=int, default=16,
+                        help="--vmas: registrations kept (default: %(default)s)")
     args = parser.parse_args()
+    if args.vmas:
+        check_page("repaircost-vmas", args.doc)
+        result = repairreal.run_vmas(args.cycles, args.large_mib, args.large_every, args.window)
+        publish("repaircost-vmas", repairreal.render_vmas(result), args.doc,
+                "repaircost --vmas --doc")
+        print(json.dumps(result))
+        return
+    if args.real:
+        rounds = args.rounds or 11
+        check_page("repaircost-real", args.doc)
+        variants = tuple(args.variants.split(","))
+        lines, summary = repairreal.run_forks([int(s) for s in args.sizes.split(",")], rounds,
+                                              variants, args.placement)
+        extra = "" if args.sizes == "0,64,512,1024" else f" --sizes {args.sizes}"
+        if variants != repairreal.DEFAULT_VARIANTS:
+            extra += f" --variants {args.variants}"
+        if args.placement != "mmap":
+            extra += f" --placement {args.placement}"
+        publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc,
+                "repaircost --real --doc")
+        print(json.dumps(summary))
+        return
+    rounds = args.rounds or 21
     check_page("repaircost", args.doc)
     shapes = [_shape(s) for s in args.shapes.split(",")]
-    head = f"{ran_on('repaircost', args.rounds)}, each round one fork of each kind, in two processes of the same shape:"
-    publish("repaircost", [head, "", *table(shapes, args.rounds)], args.doc)
-
+    head = f"{ran_on('repaircost', rounds)}, each round one fork of each kind, in two processes of the same shape:"
+    publish("repaircost", [head, "", *table(shapes, rounds)], args.doc)
 
 if __name__ == "__main__":
     main()

@@ -20,7 +20,9 @@
 # test_torch_rxe.py (no qemu time, no pytest result: what a kill leaves),
 # whose import of torch alone took 64-74 s of qemu's CPU on a quiet machine.
 # RDMASPAWN_VM_SMP: the VM's CPUs (default 1: measured beside a loaded CI, a 2-CPU VM
-# took 170 s for what one CPU does in 93 s).
+# took 170 s for what one CPU does in 93 s).  RDMASPAWN_VM_MEM: its memory
+# (default 1024M; the repair's benchmark registers up to a GiB in each of
+# three processes).
 # Exit status: the job's; 124 when the watchdog fired; 125 when the VM never
 # reported one.
 set -uo pipefail
@@ -51,7 +53,8 @@ cp "$kernel/modules.load" "$work/root/modules.load"
 
 echo "rxe_vm: booting $suite ($kernel/vmlinuz)"
 : >"$work/console"
-qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp "${RDMASPAWN_VM_SMP:-1}" -m 1024M \
+qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp "${RDMASPAWN_VM_SMP:-1}" \
+  -m "${RDMASPAWN_VM_MEM:-1024M}" \
   -display none -monitor none -serial "file:$work/console" -nic none -no-reboot \
   -kernel "$kernel/vmlinuz" -initrd "$work/initrd" \
   -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on \
