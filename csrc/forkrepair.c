@@ -26,7 +26,7 @@
  *   marks made before are swept   with each new libibverbs   one /proc/self/smaps
  *   where a child trips on them                              read (unmark.c)
  *   look for a new libibverbs     every fork() of glibc's    a walk of the loader's
- *                                 (pthread_atfork prepare)   list (dl_iterate_phdr)
+ *                                 (pthread_atfork prepare)   list, no lock taken
  *
  * A registration with fewer than RS_MARK_MIN_PAGES inner pages is not marked
  * at all: a mark splits its mapping in up to three, and at fork two more
@@ -206,58 +206,39 @@ static int take_look(void)
     }
 }
 
-/* One libibverbs the loader lists: rewritten where it can be. */
-struct found {
-    int fresh, rc;
-};
-
-static int each_object(struct dl_phdr_info *info, size_t size, void *data)
-{
-    struct found *f = data;
-    (void)size;
-    if (!info->dlpi_name || !is_verbs(info->dlpi_name))
-        return 0;
-    /* What gotslot.c reads of an object: its load address and its dynamic
-     * section, as the loader's own entry has them. */
-    struct link_map lm = { .l_addr = info->dlpi_addr, .l_name = (char *)info->dlpi_name };
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            lm.l_ld = (ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    if (!lm.l_ld)
-        return 0;
-    int r = rewrite(&lm);
-    if (r > 0)
-        f->fresh = 1;
-    else if (r < 0)
-        f->rc = r;
-    return 0;
-}
-
 /* Rewrite every libibverbs the loader has, and sweep once where one was new.
- * The loader's list is walked through dl_iterate_phdr(), which holds the
- * loader's list lock (recursive, so a fork from a signal handler that
- * interrupted this thread's own walk does not wait on itself): a dlclose()
- * can neither unlink nor unmap an object under the walk. An object a
- * dlopen() has mapped but not relocated yet is left to the next fork
- * (rs_slot_relocated), and while glibc says a load or unload is under way
- * (r_state), so is everything. */
+ * The loader's list is read without its lock: a fork from a signal handler
+ * must not take it, and with the walk under it (dl_iterate_phdr) a fork
+ * child under glibc 2.43 waited for ever at its own next fork. It is read only while glibc says no load or unload is under way
+ * (r_state), and an object mapped but not relocated yet is left to the next
+ * fork (rs_slot_relocated). A dlclose() of a libibverbs that starts during
+ * the walk is not guarded against (docs/how-it-works.md, Limits). */
 static int look(void)
 {
-    struct found f = { 0, 0 };
+    int fresh = 0, rc = 0;
     if (!take_look())
         return 0;
-    if (__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE) == RT_CONSISTENT)
-        dl_iterate_phdr(each_object, &f);
-    if (f.fresh) {
+    if (__atomic_load_n(&_r_debug.r_state, __ATOMIC_ACQUIRE) == RT_CONSISTENT) {
+        for (struct link_map *lm = _r_debug.r_map; lm; lm = lm->l_next) {
+            if (!lm->l_name || !is_verbs(lm->l_name))
+                continue;
+            int r = rewrite(lm);
+            if (r > 0)
+                fresh = 1;
+            else if (r < 0)
+                rc = r;
+        }
+    }
+    if (fresh) {
         long n = rs_unmark_hazards();
         __atomic_add_fetch(&sweeps, 1, __ATOMIC_RELAXED);
         if (n > 0)
             __atomic_add_fetch(&unmarked, n, __ATOMIC_RELAXED);
         else if (n < 0)
-            f.rc = (int)n;
+            rc = (int)n;
     }
     __atomic_store_n(&looking, 0, __ATOMIC_RELEASE);
-    return f.rc;
+    return rc;
 }
 
 static void before_fork(void)

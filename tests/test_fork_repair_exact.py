@@ -125,8 +125,10 @@ FOREIGN = """
     assert own == 1 << 44, "no room at 16 TiB"
     ctypes.memset(own, 1, 1 << 20)
     assert libc.madvise(own, 1 << 20, 10) == 0
-    block = libc.malloc(1 << 20) - 16  # its header: the mapping's start
-    assert libc.madvise(block, (1 << 20) + page, 10) == 0
+    from rdmaspawn._host.procfs import mapping_at
+    held = mapping_at(libc.malloc(1 << 20))  # the block malloc mapped, its header first
+    block, block_end = held.start, held.end
+    assert libc.madvise(block, block_end - block, 10) == 0
     pair = libc.mmap(None, 2 << 20, 3, 0x22, -1, 0)  # a buffer bordering anonymous memory
     ctypes.memset(pair, 1, 2 << 20)
     bordered = pair + (1 << 20)
@@ -142,7 +144,7 @@ FOREIGN = """
     marks = {"own": own, "malloc": block, "arena": h.start, "bordered": bordered}
     # Inside those two: their pages past the first and before the last.
     inner = {"malloc": block + (512 << 10), "bordered": bordered + (512 << 10),
-             "malloc_last": block + (1 << 20), "bordered_last": bordered + (1 << 20) - page}
+             "malloc_last": block_end - page, "bordered_last": bordered + (1 << 20) - page}
     if ring is not None:
         marks["kernel"] = ring
     before = {k: is_dontfork(a) for k, a in marks.items()}
@@ -153,7 +155,7 @@ FOREIGN = """
         child_work(); os._exit(0)
     report = {"before": before, "after": {k: is_dontfork(a) for k, a in marks.items()},
               "inner": {k: is_dontfork(a) for k, a in inner.items()},
-              "vouched": [forkrepair.vouches(block + page, block + (1 << 20)),
+              "vouched": [forkrepair.vouches(block + page, block_end - page),
                           forkrepair.vouches(bordered + page, bordered + (1 << 20) - page)],
               "fork": outcome(os.waitpid(pid, 0)[1]), "ring": ring_fd,
               "state": forkrepair.repair_state()._asdict()}
@@ -301,3 +303,29 @@ def test_the_guard_does_not_count_the_repairs_marks() -> None:
     assert r["results"] == ["ok", "ok"] and r["marked"] is True, r
     assert r["reads"] == 1, r
     assert r["refused"] is True, r
+
+
+def test_a_preexec_fn_that_needs_fork_runs_beside_the_repairs_marks() -> None:
+    """patch()'s fork_exec refuses a preexec_fn that needs fork() where a child
+    would trip on marked memory; the repair's own marks are not such memory
+    (the rxe lane's UCX ranks under `rdmaspawn run` were refused before), and
+    another mark is still refused."""
+    r = run(STARTED + textwrap.dedent("""
+        import subprocess, rdmaspawn
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        block = libc.malloc(1 << 20)
+        assert verbs.ibv_dontfork_range(block, 1 << 20) == 0
+        rdmaspawn.patch()
+        marked = is_dontfork(block + (512 << 10))
+        first = subprocess.run(["true"], preexec_fn=lambda: None).returncode
+        page = os.sysconf("SC_PAGE_SIZE")
+        small = libc.malloc(3 * page)
+        assert libc.madvise((small + page - 1) // page * page, page, 10) == 0
+        try:
+            subprocess.run(["true"], preexec_fn=lambda: None)
+            second = "ran"
+        except rdmaspawn.PreexecFnError:
+            second = "refused"
+        report = {"marked": marked, "first": first, "second": second}
+    """))
+    assert r == {"marked": True, "first": 0, "second": "refused"}, r

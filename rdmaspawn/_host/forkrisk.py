@@ -16,10 +16,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from .._native.forkrepair import vouches
 from .glibcheap import heap_header, malloc_block, thread_heap_base
 from .procfs import Mapping, Pid, dontfork_in, parse_maps, read_smaps
 
-__all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards", "has_fork_hazard", "hazards_in"]
+__all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards", "has_fork_hazard", "hazards_in",
+           "own_hazards"]
 
 #: "none" < "low" < "medium" < "high".
 RISK_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
@@ -73,8 +75,18 @@ def hazards_in(smaps: bytes, pid: Pid = "self") -> list[Finding]:
     return fork_hazards(ordered, pid)
 
 
+def own_hazards(smaps: bytes) -> list[Finding]:
+    """:func:`hazards_in` of this process's own ``smaps`` text, less the fork
+    repair's own marks (a registration's inner pages: nothing a child needs),
+    which only this process can tell (``forkrepair.vouches``)."""
+    return [f for f in hazards_in(smaps) if not vouches(f.mapping.start, f.mapping.end)]
+
+
 def has_fork_hazard(pid: Pid = "self") -> bool:
-    """Whether the process holds a mark a fork() child trips on (one read of smaps)."""
+    """Whether the process holds a mark a fork() child trips on (one read of smaps);
+    for this process, the fork repair's own marks are not counted."""
+    if pid == "self":
+        return bool(own_hazards(read_smaps(pid)))
     return bool(hazards_in(read_smaps(pid), pid))
 
 

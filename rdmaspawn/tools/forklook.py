@@ -15,9 +15,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._host.forkrisk import hazards_in
+from .._host.forkrisk import own_hazards
 from .._host.procfs import has_dontfork, read_smaps
-from .._native.forkrepair import vouches
 from . import devicememo
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ __all__ = ["hazards_now", "hazards_after_fork", "message", "fork_exec_forks"]
 def _hazards(smaps: bytes) -> list[Mapping]:
     """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``),
     less the fork repair's own exact marks (a registration's inner pages)."""
-    return [f.mapping for f in hazards_in(smaps) if not vouches(f.mapping.start, f.mapping.end)]
+    return [f.mapping for f in own_hazards(smaps)]
 
 
 def hazards_now() -> list[Mapping]:
