@@ -125,9 +125,12 @@ FOREIGN = """
     assert own == 1 << 44, "no room at 16 TiB"
     ctypes.memset(own, 1, 1 << 20)
     assert libc.madvise(own, 1 << 20, 10) == 0
-    from rdmaspawn._host.procfs import mapping_at
-    held = mapping_at(libc.malloc(1 << 20))  # the block malloc mapped, its header first
-    block, block_end = held.start, held.end
+    # A block malloc mapped: its chunk header (prev_size, then the size with
+    # IS_MMAPPED) opens the mapping, 16 bytes before what malloc returns.
+    user = libc.malloc(1 << 20)
+    prev_size, size = (ctypes.c_size_t * 2).from_address(user - 16)
+    assert prev_size == 0 and size & 2, (prev_size, size)
+    block, block_end = user - 16, user - 16 + (size & ~7)
     assert libc.madvise(block, block_end - block, 10) == 0
     pair = libc.mmap(None, 2 << 20, 3, 0x22, -1, 0)  # a buffer bordering anonymous memory
     ctypes.memset(pair, 1, 2 << 20)
