@@ -132,10 +132,14 @@ FOREIGN = """
     assert prev_size == 0 and size & 2, (prev_size, size)
     block, block_end = user - 16, user - 16 + (size & ~7)
     assert libc.madvise(block, block_end - block, 10) == 0
-    pair = libc.mmap(None, 2 << 20, 3, 0x22, -1, 0)  # a buffer bordering anonymous memory
+    # A buffer bordering anonymous memory below it, and an inaccessible page
+    # above (so that no other mark here can meet it and merge).
+    pair = libc.mmap(None, 3 << 20, 3, 0x22, -1, 0)
     ctypes.memset(pair, 1, 2 << 20)
     bordered = pair + (1 << 20)
     assert libc.madvise(bordered, 1 << 20, 10) == 0
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(pair + (2 << 20), 1 << 20, 0) == 0
     params = (ctypes.c_uint32 * 30)()
     ring_fd = libc.syscall(425, 4, params)
     ring = None
