@@ -143,17 +143,19 @@ static int thread_heap(const struct rs_vma *m, const struct rs_vma *next)
 /* A block glibc's malloc mapped for one allocation, whole: its chunk header
  * (prev_size 0, then the size with IS_MMAPPED) opens the mapping, and free()
  * in a child reads it. */
-static int malloc_block(const struct rs_vma *m)
+static int malloc_block(const struct rs_vma *m, unsigned long page)
 {
     const uintptr_t *head = (const uintptr_t *)m->lo;
-    return m->perms[0] == 'r' && head[0] == 0 && (head[1] & 2) && (head[1] & ~(uintptr_t)7) == m->hi - m->lo;
+    uintptr_t size = head[1] & ~(uintptr_t)7;  /* whole pages (glibc 2.36), or not (2.43) */
+    return m->perms[0] == 'r' && head[0] == 0 && (head[1] & 2) && size > 0
+           && (size + page - 1) / page * page == m->hi - m->lo;
 }
 
 /* What the sweep does with a marked mapping. */
 enum action { KEEP, EDGES, WHOLE };
 
 static enum action action_for(const struct rs_vma *m, const struct rs_vma *prev,
-                              const struct rs_vma *next)
+                              const struct rs_vma *next, unsigned long page)
 {
     if (rs_driver_mapping(m->path, m->io || m->pf) || rs_repair_exact(m->lo, m->hi))
         return KEEP;
@@ -162,7 +164,7 @@ static enum action action_for(const struct rs_vma *m, const struct rs_vma *prev,
     if (thread_heap(m, next))
         return WHOLE;
     if ((prev && feeds(prev, m->lo, m->hi)) || (next && feeds(next, m->lo, m->hi))
-            || malloc_block(m))
+            || malloc_block(m, page))
         return EDGES;
     return KEEP;
 }
@@ -185,7 +187,7 @@ static void decide(struct sweep *s, const struct rs_vma *next)
 {
     const struct rs_vma *m = &s->held;
     unsigned long page = s->page;
-    switch (action_for(m, s->have_prev ? &s->prev : NULL, next)) {
+    switch (action_for(m, s->have_prev ? &s->prev : NULL, next, page)) {
     case KEEP:
         return;
     case WHOLE:

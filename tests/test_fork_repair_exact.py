@@ -130,7 +130,8 @@ FOREIGN = """
     user = libc.malloc(1 << 20)
     prev_size, size = (ctypes.c_size_t * 2).from_address(user - 16)
     assert prev_size == 0 and size & 2, (prev_size, size)
-    block, block_end = user - 16, user - 16 + (size & ~7)
+    block = user - 16
+    block_end = block + -(-(size & ~7) // page) * page
     assert libc.madvise(block, block_end - block, 10) == 0
     # A buffer bordering anonymous memory below it, and an inaccessible page
     # above (so that no other mark here can meet it and merge).

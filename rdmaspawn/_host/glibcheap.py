@@ -94,12 +94,15 @@ _CHUNK = struct.Struct("@NN")
 def malloc_block(m: Mapping, pid: Pid = "self") -> bool | None:
     """Whether ``m`` is, whole, a block glibc's malloc mapped for one allocation:
     its chunk header opens it (prev_size 0, the size with IS_MMAPPED, the
-    mapping's length), and ``free()`` reads it. None when it cannot be read."""
+    mapping's length in whole pages), and ``free()`` reads it. None when it
+    cannot be read."""
     raw = _read_memory(pid, m.start, _CHUNK.size)
     if raw is None:
         return None
     prev_size, size = _CHUNK.unpack(raw)
-    return prev_size == 0 and bool(size & 2) and size & ~7 == m.size
+    page = mmap.PAGESIZE
+    whole = -(-(size & ~7) // page) * page  # whole pages (glibc 2.36), or not (2.43)
+    return prev_size == 0 and bool(size & 2) and size & ~7 > 0 and whole == m.size
 
 
 def _read_memory(pid: Pid, address: int, size: int) -> bytes | None:
