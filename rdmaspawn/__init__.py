@@ -50,10 +50,10 @@ if TYPE_CHECKING:
         ForkHazardError,
         ForkHazardWarning,
         guard,
-        guarded,
         is_guarded,
         unguard,
     )
+    from .tools.guarded import guarded
 
 __version__ = "0.1.0"
 
@@ -85,8 +85,9 @@ _HOMES = {
                       "check_output", "run"),
     ".ptyspawn": ("pty_spawn",),
     ".tools.doctor": ("doctor",),
-    ".tools.guard": ("guard", "unguard", "guarded", "is_guarded", "ForkHazardError",
+    ".tools.guard": ("guard", "unguard", "is_guarded", "ForkHazardError",
                      "ForkHazardWarning"),
+    ".tools.guarded": ("guarded",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 # What a program's own `import rdmaspawn` loads at once; the tools load on use.

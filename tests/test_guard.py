@@ -136,12 +136,20 @@ def test_idempotent_and_reversible() -> None:
         now = (os.fork, os.forkpty, _posixsubprocess.fork_exec, getattr(subprocess, "_fork_exec", None))
         out["restored"] = all(a is b for a, b in zip(orig, now))
         out["after"] = G.is_guarded()
-        with G.guarded("raise"):
+        from rdmaspawn.tools.guarded import guarded
+        with guarded("raise"):
             out["inside"] = G.is_guarded()
         out["outside"] = G.is_guarded()
+        @guarded("raise")
+        def decorated():
+            return G.is_guarded()
+        G.guard("warn")
+        out["decorated"] = [decorated.__name__, decorated(), G.is_guarded()]
+        G.unguard()
     """)
     assert out == {"mode": "raise", "once": True, "restored": True, "after": None,
-                   "inside": "raise", "outside": None}
+                   "inside": "raise", "outside": None,
+                   "decorated": ["decorated", "raise", "warn"]}
 
 
 @pytest.mark.parametrize("order", ["guard-first", "patch-first"])
@@ -206,11 +214,12 @@ def test_foreign_wrapper_keeps_working_after_unguard() -> None:
 
 
 def test_guarded_and_is_guarded_are_exported_lazily() -> None:
-    """rdmaspawn.guarded/is_guarded are the tool's own, loaded on first use."""
+    """rdmaspawn.guarded/is_guarded are the tools' own, loaded on first use."""
     import rdmaspawn
     from rdmaspawn.tools import guard as G
+    from rdmaspawn.tools.guarded import guarded
 
-    assert rdmaspawn.guarded is G.guarded and rdmaspawn.is_guarded is G.is_guarded
+    assert rdmaspawn.guarded is guarded and rdmaspawn.is_guarded is G.is_guarded
     assert {"guarded", "is_guarded"} <= set(rdmaspawn.__all__)
 
 

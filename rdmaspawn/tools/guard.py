@@ -50,18 +50,18 @@ Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
 ``fork_exec`` is positional only; which argument is which on each version,
 and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
 
-Why one module of this length (483 lines, of which 246 are code; the rest
-docstrings, comments and blank lines): it has one job, putting the guard's
+Why these pieces share one module: they are one job, putting the guard's
 wrappers in place and taking them off again (what it wraps, the wrappers,
 how a wrapper comes off a chain, how one goes under RDMASPAWN's stand-in
-where it cannot come off, the context manager), and it is the module
-``RDMASPAWN=on`` loads into every interpreter that forks, at its first fork
-(start-up puts stand-ins at ``os.fork`` and ``os.forkpty``, see
+where it cannot come off), and this is the module ``RDMASPAWN=on`` loads
+into every interpreter that forks, at its first fork (start-up puts
+stand-ins at ``os.fork`` and ``os.forkpty``, see
 ``rdmaspawn._startup.standin``; each function here that reads or changes the
-guard's state first lets them give way), where each further module is an
-import that interpreter pays (issue 29). What a wrapper reads when a fork
-comes (/proc, the doctor's rule, the message, whether a ``fork_exec`` call
-forks) is :mod:`.forklook`'s, loaded at the first fork.
+guard's state first lets them give way), where each further module is one
+more import for that interpreter. What a wrapper reads when a fork comes
+(/proc, the doctor's rule, the message, whether a ``fork_exec`` call forks)
+is :mod:`.forklook`'s, loaded at the first fork; ``guarded()``, which no
+fork needs, is :mod:`.guarded`'s.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -95,7 +95,6 @@ __all__ = [
     "ForkHazardError",
     "ForkHazardWarning",
     "guard",
-    "guarded",
     "is_guarded",
     "unguard",
 ]
@@ -447,37 +446,3 @@ def is_guarded() -> "str | None":
     """``"warn"`` or ``"raise"`` while guarding, else ``None``."""
     _standin.give_way_forks()
     return _mode
-
-
-class guarded:  # noqa: N801  # a function's name: it was a generator-based one
-    """``with guarded("raise"):`` guard for the block, then restore the previous state.
-
-    A class, not ``contextlib.contextmanager``: contextlib would cost every
-    interpreter under ``RDMASPAWN`` its import at start-up."""
-
-    def __init__(self, action: str = "warn") -> None:
-        self._action = action
-        self._previous: "str | None" = None  # noqa: UP037
-
-    def __enter__(self) -> None:
-        _standin.give_way_forks()
-        with _lock:
-            self._previous = _mode
-        guard(self._action)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is None:
-            unguard()
-        else:
-            guard(self._previous)
-
-    def __call__(self, func: "Callable[..., Any]") -> "Callable[..., Any]":
-        """``@guarded("raise")``: each call of ``func`` guarded, as contextmanager's allowed."""
-        action = self._action
-
-        def inner(*args: "Any", **kwargs: "Any") -> "Any":
-            with guarded(action):
-                return func(*args, **kwargs)
-
-        _wraps(inner, func)
-        return inner
