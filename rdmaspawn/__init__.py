@@ -29,15 +29,9 @@ if TYPE_CHECKING:
 
     from . import preexec
     from ._child.pack import ChildSetupError
-    from ._native.engine import (
-        ForkInitError,
-        ForkStatus,
-        SpawnError,
-        fork_init,
-        fork_status,
-        spawn,
-    )
+    from ._native.engine import SpawnError, spawn
     from ._native.forkrepair import ForkRepair, repair_fork
+    from ._native.forkstatus import ForkInitError, ForkStatus, fork_init, fork_status
     from .dropin.forkexec import PreexecFnError
     from .dropin.patch import get_context, is_patched, patch, patched, unpatch
     from .dropin.popen import getoutput, getstatusoutput
@@ -76,8 +70,8 @@ _HOMES = {
     "subprocess": ("DEVNULL", "PIPE", "STDOUT", "CalledProcessError", "CompletedProcess",
                    "SubprocessError", "TimeoutExpired"),
     "._child.pack": ("ChildSetupError",),
-    "._native.engine": ("ForkInitError", "ForkStatus", "SpawnError", "fork_init",
-                        "fork_status", "spawn"),
+    "._native.engine": ("SpawnError", "spawn"),
+    "._native.forkstatus": ("ForkInitError", "ForkStatus", "fork_init", "fork_status"),
     "._native.forkrepair": ("ForkRepair", "repair_fork"),
     ".dropin.forkexec": ("PreexecFnError",),
     ".dropin.patch": ("get_context", "is_patched", "patch", "patched", "unpatch"),

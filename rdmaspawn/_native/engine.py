@@ -1,23 +1,22 @@
 """Thin binding over the C core: Python values in, exceptions out.
 
-Mirrors the C names (``rs_spawn`` -> :func:`spawn`, ``rs_fork_init`` ->
-:func:`fork_init`). Everything the child will read is validated and converted
-here, before the clone: a bad argument never reaches the child.
+Mirrors the C names (``rs_spawn`` -> :func:`spawn`, ``rs_spawn_packed`` ->
+:func:`spawn_packed`); libibverbs' fork status is :mod:`.forkstatus`'s.
+Everything the child will read is validated and converted here, before the
+clone: a bad argument never reaches the child.
 """
 from __future__ import annotations
 
-import errno as _errno
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable
 
 from .._child import pack
 from .._child.model import ChildSetup
 from .._rdmaspawn_cffi import ffi, lib
 from . import capi as _capi
 from . import clonepath as _clonepath
-from . import forkrepair as _forkrepair
 from .request import (
     CLOSE_FDS,
     FORCE_CLONE,
@@ -36,26 +35,15 @@ _clonepath.apply_variable(os.environ)
 
 __all__ = [
     "SpawnError",
-    "ForkInitError",
-    "ForkStatus",
     "spawn",
     "spawn_request",
     "spawn_packed",
     "environ_snapshot",
-    "fork_init",
-    "fork_status",
     "clone_path",
 ]
 
 _CLOSE_METHODS = {"auto": lib.RS_CLOSE_AUTO, "proc": lib.RS_CLOSE_PROC,
                   "loop": lib.RS_CLOSE_LOOP}
-_STATES = {
-    lib.RS_FORK_UNAVAILABLE: "unavailable",
-    lib.RS_FORK_DISABLED: "disabled",
-    lib.RS_FORK_ENABLED: "enabled",
-    lib.RS_FORK_UNNEEDED: "unneeded",
-    lib.RS_FORK_UNKNOWN: "unknown",
-}
 
 
 class SpawnError(OSError):
@@ -82,35 +70,6 @@ class SpawnError(OSError):
 
     def __str__(self) -> str:
         return f"{super().__str__()} (originated from {self.step}())"
-
-
-class ForkInitError(OSError):
-    """ibv_fork_init() failed; for EINVAL, memory was registered before it."""
-
-
-class ForkStatus(NamedTuple):
-    """libibverbs fork protection: ``state`` and the library that was asked.
-
-    state is one of "unavailable" (no libibverbs), "disabled" (ibv_fork_init
-    has not run: nothing is marked), "enabled" (registrations are marked
-    MADV_DONTFORK), "unneeded" (the kernel copies pinned pages at fork and the
-    library marks nothing), "unknown" (rdma-core < 35 cannot say, and nothing
-    marked shows it: another library's ibv_fork_init() may have run). The
-    state says what the library does, not only what it answers: rdma-core
-    35-50 answer "unneeded" on a copy-on-fork kernel and still mark once fork
-    protection is on, and that is "enabled" here (see csrc/forkinit.c).
-
-    repair is the fork repair's (:func:`rdmaspawn.repair_fork`): "repaired"
-    (in force: libibverbs' marks are kept off the pages a fork child needs,
-    and on a registration's inner pages), "repairable"
-    (the kernel copies pinned pages at fork; not started), or "not
-    repairable" (the kernel does not say so, or RDMAV_USE_MADVISE is set:
-    marks stay and protect).
-    """
-
-    state: str
-    library: str | None
-    repair: str = "not repairable"
 
 
 #: os.fsencode()'s codec for a str (POSIX: the filesystem encoding, surrogateescape).
@@ -400,51 +359,3 @@ def clone_path() -> _clonepath.ClonePath:
         except SpawnError:
             pass
     return _clonepath.clone_path()
-
-
-def _status(call: str) -> tuple[int, str | None, int]:
-    path = ffi.new("char[]", 4096)
-    err = ffi.new("int *")
-    if call == "init":
-        state = lib.rs_fork_init(path, 4096, err)
-    else:
-        state = lib.rs_fork_status(path, 4096)
-    library = ffi.string(path).decode(errors="surrogateescape") or None
-    return state, library, err[0]
-
-
-def _repair_word() -> str:
-    if _forkrepair.repair_state().active:
-        return "repaired"
-    return "repairable" if _forkrepair.refusal() is None else "not repairable"
-
-
-def fork_status() -> ForkStatus:
-    """Report libibverbs' fork protection for this process (see :class:`ForkStatus`)."""
-    state, library, _ = _status("status")
-    return ForkStatus(_STATES[state], library, _repair_word())
-
-
-def fork_init() -> ForkStatus:
-    """Turn on libibverbs' fork protection, correctly.
-
-    Asks the libibverbs instance the process already has loaded (the one
-    NCCL, pyverbs or UCX registered memory with), else loads the system's.
-    Does nothing when there is no libibverbs ("unavailable") or when the
-    kernel copies pinned pages at fork ("unneeded"), and nothing more once
-    enabled: calling it again is harmless. Raises :class:`ForkInitError` when
-    ibv_fork_init() fails; EINVAL means memory was registered before the call.
-    """
-    state, library, err = _status("init")
-    if err == _errno.EINVAL:
-        raise ForkInitError(
-            err,
-            "ibv_fork_init() refused: memory was already registered with "
-            f"libibverbs ({library}) before fork protection was turned on. "
-            "Call rdmaspawn.fork_init() before any memory registration (before "
-            "NCCL, UCX or pyverbs open a device), or set RDMAV_FORK_SAFE=1 in "
-            "the environment before the process starts",
-        )
-    if err:
-        raise ForkInitError(err, f"ibv_fork_init() failed: {os.strerror(err)}")
-    return ForkStatus(_STATES[state], library, _repair_word())

@@ -81,9 +81,9 @@ def node_facts() -> NodeFacts:
     libibverbs' own answer (its path and fork status) comes from the C engine,
     as for the doctor; the kernel's answer over RDMA netlink, asked directly.
     """
-    from .._native import engine
+    from .._native.forkstatus import fork_status
 
-    status = engine.fork_status()
+    status = fork_status()
     path = os.path.realpath(status.library) if status.library else None
     cof, note = rdma_netlink_copy_on_fork()
     verbs = VerbsFacts(

@@ -77,9 +77,9 @@ def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple
 def _engine_facts() -> dict[str, Any]:
     """libibverbs' fork status as this process's libibverbs (or the system's) reports it."""
     try:
-        from rdmaspawn._native import engine as _engine
+        from rdmaspawn._native.forkstatus import fork_status
 
-        st = _engine.fork_status()
+        st = fork_status()
         return {"fork_status": st.state, "fork_library": st.library}
     except Exception as e:  # engine not built or libibverbs trouble: say so, do not fail
         return {"fork_status": None, "fork_library": None,
