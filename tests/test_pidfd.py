@@ -34,11 +34,25 @@ def _pidfds() -> set[int]:
     return {fd for fd in _open_fds() if _is_pidfd(fd)}
 
 
-@pytest.mark.parametrize("close_fds", [True, False])
-def test_popen_has_a_pidfd_closed_when_reaped(close_fds: bool) -> None:
-    """Both spawn paths (fork_exec, and the posix_spawn shortcut taken with
-    close_fds=False) keep a pidfd; wait() closes it."""
-    proc = rdmaspawn.Popen(["sleep", "30"], close_fds=close_fds)
+@pytest.mark.parametrize("path", ["fork_exec", "posix_spawn"])
+def test_popen_has_a_pidfd_closed_when_reaped(monkeypatch: pytest.MonkeyPatch,
+                                              path: str) -> None:
+    """Both spawn paths keep a pidfd; wait() closes it. CPython takes the
+    posix_spawn shortcut only for an executable with a directory part (and
+    before 3.13 only with close_fds=False); a bare name goes to fork_exec."""
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    argv, close_fds = ([sleep, "30"], False) if path == "posix_spawn" else (["sleep", "30"], True)
+    taken = []
+    shortcut = rdmaspawn.Popen._posix_spawn
+
+    def spy(self: object, *args: object) -> None:
+        taken.append("posix_spawn")
+        shortcut(self, *args)
+
+    monkeypatch.setattr(rdmaspawn.Popen, "_posix_spawn", spy)
+    proc = rdmaspawn.Popen(argv, close_fds=close_fds)
+    assert (taken or ["fork_exec"]) == [path]
     assert proc.pidfd is not None and _is_pidfd(proc.pidfd)
     fd = proc.pidfd
     proc.kill()

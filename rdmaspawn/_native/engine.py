@@ -327,7 +327,7 @@ def spawn_plain(argv_blob: bytes, argc: int, executable: bytes, flags: int) -> t
     and checked already: ``argv_blob`` as :func:`_blob` makes it, one
     executable path (no NUL), the environ array's copy, no cwd, no fd to
     redirect, keep or close first, nothing else to set. The posix_spawn
-    path's usual call (``Popen(argv)``) on 3.13+, without the general path's
+    path's usual call (``Popen([path])`` on 3.13+), without the general path's
     per-field conversions, where ctypes cannot load the module (else
     csrc/python/posix_spawn.c makes the whole call in C)."""
     res = ffi.new("struct rs_result *")
