@@ -9,11 +9,11 @@
 #include "rdmaspawn.h"
 
 /*
- * The child's stack. Its deepest use, measured by tests/c/engine_harness.c
- * (which fails if a child uses more than half of it): 2.2 KiB at -O2, 2.3
- * KiB at -O0, 2.8 KiB under ASan+UBSan; close_by_proc()'s 2 KiB dirent
- * buffer is most of it. No recursion, no variable-length array: the bound
- * is static. Small, so that it fits where address space is tight.
+ * The child's stack. close_by_proc()'s 2 KiB dirent buffer is most of its
+ * deepest use, and tests/c/engine_harness.c fails if a child uses more than
+ * half of it (docs/benchmark.md has the figures). No recursion, no
+ * variable-length array: the bound is static. Small, so that it fits where
+ * address space is tight.
  */
 #define RS_CHILD_STACK_SIZE (8 * 1024)
 

@@ -125,7 +125,7 @@ static int status_of(void *h)
          * Read from smaps, never by asking the library to mark a probe range:
          * where its protection is off, ibv_dontfork_range() sets rdma-core
          * 35-50's too_late flag, and a later ibv_fork_init() (UCX's, NCCL's)
-         * then fails with EINVAL (issue 27, item 7). */
+         * then fails with EINVAL. */
         return rs_dontfork_anywhere() == 0 ? RS_FORK_UNNEEDED : RS_FORK_ENABLED;
     default:
         return RS_FORK_DISABLED;

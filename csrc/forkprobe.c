@@ -7,7 +7,7 @@
  * a soft-RoCE device: 44.0 on Linux 6.1). So the marks are read here, from
  * /proc/self/smaps. The library is never asked to mark a probe range: where
  * its protection is off, ibv_dontfork_range() sets its too_late flag and a
- * later ibv_fork_init() returns EINVAL (issue 27, item 7).
+ * later ibv_fork_init() returns EINVAL.
  */
 #define _GNU_SOURCE
 #include <stdio.h>

@@ -2,8 +2,8 @@
  * rs_spawn_packed(): the Python binding's way in.
  *
  * Building struct rs_request from Python costs a cffi attribute store per
- * field and a call per string array; on the hot path that was most of the
- * binding's overhead. Here the parent (malloc is fine: this is not the child)
+ * field and a call per string array: on the hot path, most of the binding's
+ * overhead. Here the parent (malloc is fine: this is not the child)
  * turns the flat arguments into the request and calls rs_spawn().
  */
 #include <errno.h>

@@ -241,9 +241,8 @@ static size_t stack_total;
 /*
  * Stacks of threads that have exited, kept for the next threads that spawn.
  * Mapping a stack for a new thread and unmapping it when the thread exits
- * cost a thread that spawns once about 23 us more than one that needs no
- * stack (measured; the munmap's TLB shootdown is half of it), which showed
- * wherever short-lived threads spawn. Each slot is filled with a CAS and
+ * would add an mmap and a munmap, with its TLB shootdown, to each spawn of a
+ * short-lived thread (docs/benchmark.md has the cost). Each slot is filled with a CAS and
  * emptied with an exchange: no lock, so a fork() at any moment leaves none
  * held, and a slot is never handed to two threads.
  */

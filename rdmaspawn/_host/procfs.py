@@ -11,7 +11,7 @@ child dies with SIGSEGV the moment it touches it.
 hit is on a ``VmFlags:`` line (a file name can contain ``" dc "`` too), without
 building any object.  Every flag is two letters followed by a space, so the
 search cannot match a longer flag.  The kernel writing smaps costs far more
-than the search (about eight to one, measured with 2000 mappings).
+than the search (docs/benchmark.md).
 
 Device-driver mappings (``/dev/infiniband/uverbs*`` doorbells, ``/dev/nvidia*``)
 are often ``dc`` too, set by the driver itself.  Nothing but the driver's
@@ -70,8 +70,8 @@ class NoSuchProcessError(ProcessLookupError, FileNotFoundError):
 
 
 class Mapping(NamedTuple):
-    """One entry of ``/proc/PID/smaps`` (a NamedTuple: ``dataclasses`` would
-    cost every interpreter's start-up under ``RDMASPAWN`` ~30 ms)."""
+    """One entry of ``/proc/PID/smaps`` (a NamedTuple: importing ``dataclasses``
+    would weigh on every interpreter's start-up under ``RDMASPAWN``)."""
 
     start: int
     end: int

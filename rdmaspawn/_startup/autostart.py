@@ -36,11 +36,10 @@ __all__ = ["start", "apply"]
 
 # The deferred steps below import by absolute name. They run at the first
 # spawn or fork, in any thread, maybe while another thread is importing the
-# same module: a relative ``from ..dropin.patch import patch`` did not wait
-# for that import on CPython 3.9.2 (Debian 11; the wait looked up the lock of
-# the relative name, "dropin.patch") and found the module partially
-# initialized, without ``patch`` (issue 48, item 2). An absolute import waits
-# on every release.
+# same module: a relative ``from ..dropin.patch import patch`` does not wait
+# for that import on CPython 3.9.2 (Debian 11; the wait looks up the lock of
+# the relative name, "dropin.patch") and finds the module partially
+# initialized, without ``patch``. An absolute import waits on every release.
 
 # site.py processes a venv's site-packages twice (3.9-3.13), and the hook with it.
 _started = False

@@ -41,9 +41,9 @@ REPAIRED = "rdmaspawn-fork-repair"
 GUARD_WRAPPER = "__rdmaspawn_guard__"
 
 # Two ways to map a marker. The C core's rs_marker_set() maps it and keeps
-# no descriptor, but loading the core (cffi's backend with it) is about 1 ms
-# of an interpreter's 12-13 under RDMASPAWN=on, which sets the markers at
-# start-up. Python's own mmap needs no C core: on 3.13+ it keeps no
+# no descriptor, but loading the core (cffi's backend with it) is a large
+# part of an interpreter's start-up under RDMASPAWN=on, which sets the
+# markers at start-up (docs/benchmark.md). Python's own mmap needs no C core: on 3.13+ it keeps no
 # descriptor either (trackfd=False); before 3.13 it keeps a dup of one
 # (close-on-exec), so there it is used only while the C core is not loaded,
 # and its markers move to the C core, closing that descriptor, the first

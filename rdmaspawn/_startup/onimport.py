@@ -2,7 +2,7 @@
 
 The start-up hook adjusts multiprocessing (its default start method, Pool's
 worker handler), which most processes never import; importing it at start-up
-would cost every interpreter in a job ~15 ms. :func:`when_imported` defers the
+would cost every interpreter in a job that import. :func:`when_imported` defers the
 adjustment to the import itself: a finder first on ``sys.meta_path`` asks the
 other finders for the module's spec and wraps its loader so that the
 function runs once the module's code has run, before the importer sees it.

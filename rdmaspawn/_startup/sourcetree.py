@@ -12,7 +12,7 @@ runs only when the core's import has already failed.
 
 Where site.py imports the package (RDMASPAWN's start-up hook, in every
 interpreter of a job) the check is that the core's file is there, not its
-load: cffi's backend costs an interpreter 0.5-5 ms to load, and start-up
+load: loading cffi's backend is a cost every interpreter would pay, and start-up
 needs no C (the guard loads it at the first fork, the patch at the first
 spawn; a core that is there but does not load is reported then).
 """

@@ -1,9 +1,9 @@
 """Call a function as if from its caller's line, so that C warnings blame the caller.
 
 A warning that C code raises (CPython's os.fork() DeprecationWarning about
-threads, from 3.12) names the innermost Python frame: under guard() that was
-the guard's wrapper in this package, so the warning named tools/guard.py and
-a filter on the caller's module missed it. :func:`call_from` makes the call
+threads, from 3.12) names the innermost Python frame: under guard() that is
+the guard's wrapper in this package, so the warning would name
+tools/guard.py and a filter on the caller's module would miss it. :func:`call_from` makes the call
 from a frame that has the caller's globals (module name, warning registry),
 file name and line, which is all a warning reads from a frame.
 """
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["call_from"]
 
-_TEMPLATE: CodeType | None = None  # compiled at the first call: compile() costs a start-up ~1 ms
+_TEMPLATE: CodeType | None = None  # compiled at the first call, not by an import that may never call
 _SITES: dict[tuple[str, int], CodeType] = {}
 _MAX_SITES = 4096  # a bound, for programs that fork from generated code
 

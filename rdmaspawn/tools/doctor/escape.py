@@ -3,7 +3,7 @@
 A command line, a mapped file's name or an environment value belongs to
 whoever started that process. Printed raw, its control codes reach the
 reader's terminal: any process could set the title of root's terminal, or
-move the cursor up and erase a HAZARD line (issue 20). The text outputs
+move the cursor up and erase a HAZARD line. The text outputs
 escape every character that is not printable; ``--json`` needs nothing
 (json.dumps escapes control characters itself).
 """
