@@ -19,7 +19,6 @@ import pytest
 from helpers.process_state import children, open_fds
 
 import rdmaspawn
-from rdmaspawn._native import capi
 from rdmaspawn.dropin import cpython, errpipe, execute_child, popen
 
 TRUE = ["/bin/true"]

@@ -11,7 +11,6 @@ import sys
 import pytest
 
 import rdmaspawn
-from rdmaspawn._native import capi
 from rdmaspawn.dropin import popen
 
 TRUE = [sys.executable, "-c", "pass"]

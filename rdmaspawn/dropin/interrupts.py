@@ -60,30 +60,19 @@ __all__ = ["owner", "hold", "replay", "release", "finish"]
 _SIGINT = int(_signal.SIGINT)
 _getsignal = _signal.getsignal
 _get_ident = _thread.get_ident
-_held = _capi.sigint_held
 _hold = _capi.sigint_hold
 _take = _capi.sigint_take
 _release = _capi.sigint_release
 
 
-#: The thread that runs Python's signal handlers: threading.main_thread()'s
-#: ident, read once (two Python calls per Popen otherwise). After os.fork()
-#: it is the thread that forked, for CPython and for threading alike.
-_main_ident = threading.main_thread().ident
-
-
-def _set_main(ident: int | None) -> None:
-    global _main_ident
-    _main_ident = ident
-    if ident is not None:
-        _capi.sigint_set_main(ident)
-
-
 def _forked() -> None:
-    _set_main(_get_ident())
+    _capi.sigint_set_main(_get_ident())
 
 
-_set_main(_main_ident)
+# The thread that runs Python's signal handlers, told to sigint.c once (its
+# owner() asks on every Popen): threading.main_thread()'s ident; after
+# os.fork() the thread that forked, for CPython and for threading alike.
+_capi.sigint_set_main(threading.main_thread().ident or _get_ident())
 os.register_at_fork(after_in_child=_forked)
 
 
