@@ -16,7 +16,6 @@ modules share one copy of every static (the SIGINT hold, the spawn count).
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import sys
 from typing import Any, Callable
 
@@ -29,10 +28,12 @@ _NAME = "rdmaspawn._native._capi"
 
 
 def _load() -> Any:
+    # importlib.machinery alone: importlib.util would cost the guard's first
+    # fork its imports (contextlib and more).
     loader = importlib.machinery.ExtensionFileLoader(_NAME, _rdmaspawn_cffi.__file__)
-    spec = importlib.util.spec_from_loader(_NAME, loader)
-    assert spec is not None  # a loader with a file always gives a spec
-    module = importlib.util.module_from_spec(spec)
+    spec = importlib.machinery.ModuleSpec(_NAME, loader, origin=loader.path)
+    module = loader.create_module(spec)
+    module.__spec__, module.__loader__ = spec, loader
     loader.exec_module(module)
     sys.modules[_NAME] = module
     return module
