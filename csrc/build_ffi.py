@@ -1,8 +1,9 @@
 """cffi builder (API mode) for rdmaspawn's C core.
 
-The cdef is the marked blocks of the headers in CDEF_HEADERS, so the headers
-document exactly what Python can call through cffi. python/*.c, which use
-the Python C API, are compiled in too (see rdmaspawn/_native/capi.py).
+The cdef is the marked block of rdmaspawn.h, so the header documents exactly
+what Python can call through cffi. python/*.c, which use the Python C API,
+are compiled in too: the same file is also the extension module
+rdmaspawn._native._capi (python/functions.c; see rdmaspawn/_native/capi.py).
 setup.py names this file in ``cffi_modules``.
 """
 import os
@@ -14,18 +15,12 @@ SOURCES = ["spawn.c", "child.c", "report.c", "forkinit.c", "forkprobe.c", "exact
            "mapwalk.c", "setup.c", "unmark.c", "python/environ.c", "python/errpipe.c", "python/fork_exec.c", "python/functions.c",
            "python/heldfork.c", "python/plain.c", "python/popen_init.c", "python/posix_spawn.c",
            "python/sigint.c", "python/spawn_request.c"]
-# The headers whose marked block is the cdef: the engine's, and what
-# python/ adds for the binding alone.
-CDEF_HEADERS = ["rdmaspawn.h", "python/binding.h"]
 
 
 def _cdef() -> str:
-    blocks = []
-    for name in CDEF_HEADERS:
-        with open(os.path.join(HERE, name)) as f:
-            text = f.read()
-        blocks.append(text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0])
-    return "\n".join(blocks)
+    with open(os.path.join(HERE, "rdmaspawn.h")) as f:
+        text = f.read()
+    return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
 
 
 def _relative(path: str) -> str:
@@ -37,7 +32,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(_cdef())
 ffibuilder.set_source(
     "rdmaspawn._rdmaspawn_cffi",
-    '#include "rdmaspawn.h"\n#include "binding.h"',
+    '#include "rdmaspawn.h"',
     sources=[_relative(s) for s in SOURCES],
     include_dirs=[HERE, os.path.join(HERE, "python")],
     libraries=["dl", "pthread"],

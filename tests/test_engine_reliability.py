@@ -29,17 +29,15 @@ def _run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[
 
 
 # How a test spawns with env=None: the engine's binding (its environ copy made
-# by the C builtin, or from Python where ctypes is missing), or rdmaspawn.Popen
-# (the C fork_exec, which copies through the same C function as the builtin).
-VIAS = ["engine", "engine-without-ctypes", "popen"]
+# by the C builtin), or rdmaspawn.Popen (the C fork_exec, which copies through
+# the same C function as the builtin).
+VIAS = ["engine", "popen"]
 #: Spawns per way in the environ stress test.
 SPAWNS = 100
 
 
 @pytest.fixture
-def via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "engine-without-ctypes":
-        monkeypatch.setattr(_engine, "_environ_snapshot", _engine._environ_snapshot_cffi)
+def via(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 

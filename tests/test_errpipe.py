@@ -19,11 +19,7 @@ import pytest
 from helpers.process_state import children, open_fds
 
 import rdmaspawn
-from rdmaspawn._native import capi
 from rdmaspawn.dropin import cpython, errpipe, execute_child, popen
-
-needs_c = pytest.mark.skipif(capi.errpipe_calls is None,
-                             reason="ctypes cannot load the binding: the pipe stays a real one")
 
 TRUE = ["/bin/true"]
 #: A cwd keeps every CPython on fork_exec, the path with the error pipe
@@ -44,7 +40,6 @@ def _spawned_method() -> types.FunctionType:
     return popen.Popen.__dict__["_execute_child"]  # type: ignore[no-any-return]
 
 
-@needs_c
 def test_the_method_in_force_keeps_the_pipe_in_memory() -> None:
     """On every CPython CI runs, the recompiled method is the one in force,
     with CPython's file, first line and qualified name."""
@@ -59,7 +54,6 @@ def test_the_method_in_force_keeps_the_pipe_in_memory() -> None:
     assert method.__globals__ is popen._NS
 
 
-@needs_c
 def test_a_spawn_makes_no_pipe_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """os.pipe() is not called for the error pipe: with it failing, rdmaspawn.Popen
     still starts its child, where CPython's Popen fails."""
@@ -130,7 +124,6 @@ def _no_pipe() -> tuple[int, int]:
     raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
 
-@needs_c
 def test_patch_puts_the_method_in_place_and_unpatch_takes_it_off(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Under patch(), CPython's Popen makes no pipe of its own either; after
@@ -150,7 +143,6 @@ def test_patch_puts_the_method_in_place_and_unpatch_takes_it_off(
     assert set(vars(subprocess)) == names
 
 
-@needs_c
 def test_a_fork_exec_not_rdmaspawns_gets_a_real_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fork_exec put in place of rdmaspawn's under patch() (CPython's own
     tests mock it) gets a real pipe, which it may write into: what it writes
@@ -176,7 +168,6 @@ def test_a_fork_exec_not_rdmaspawns_gets_a_real_pipe(monkeypatch: pytest.MonkeyP
     assert errpipe._pipes == {}
 
 
-@needs_c
 def test_through_the_guards_wrapper_the_pipe_stays_in_memory(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """guard() wraps fork_exec over patch()'s (as RDMASPAWN=on does): its
@@ -209,7 +200,6 @@ def test_a_traceback_names_cpythons_lines() -> None:
     assert last_frame(rdmaspawn.Popen) == last_frame(subprocess.Popen)
 
 
-@needs_c
 def test_the_calls_on_their_own() -> None:
     """pipe() gives numbers no descriptor has; read() gives what write() put
     there, then b''; close() of the read end drops the pipe; an unknown or
@@ -245,7 +235,6 @@ def test_the_calls_on_their_own() -> None:
     assert errpipe._pipes == {}
 
 
-@needs_c
 def test_an_exception_during_the_real_pipes_read_is_raised_by_read() -> None:
     """call_with_real_pipe() keeps what stopped its read, for read() to raise
     once, where CPython's own os.read() of the pipe would have raised it."""

@@ -20,9 +20,9 @@ from helpers.report import last_json
 _DEFAULT_SIGINT = "import signal as _signal\n_signal.signal(_signal.SIGINT, _signal.default_int_handler)\n"
 
 
-# Popen.__init__ is C (csrc/python/popen_init.c) where ctypes loads the
-# binding, and the Python one (dropin/popen.py) takes the calls the C one
-# hands it, and all calls without ctypes: each test runs with each.
+# Popen.__init__ is C (csrc/python/popen_init.c), and the Python one
+# (dropin/popen.py) takes the calls the C one hands it (a subclass's instance,
+# setup keywords): each test runs with each.
 _INITS = {
     "c": "",
     "python": "import rdmaspawn as _rs\nfrom rdmaspawn.dropin import popen as _popen\n"

@@ -11,16 +11,11 @@ import sys
 import pytest
 
 import rdmaspawn
-from rdmaspawn._native import capi
 from rdmaspawn.dropin import popen
-
-needs_c = pytest.mark.skipif(capi.popen_init_new is None,
-                             reason="ctypes cannot load the binding: no C __init__")
 
 TRUE = [sys.executable, "-c", "pass"]
 
 
-@needs_c
 def test_the_c_init_is_in_force() -> None:
     init = rdmaspawn.Popen.__dict__["__init__"]
     assert init is not popen._init_python
@@ -30,7 +25,6 @@ def test_the_c_init_is_in_force() -> None:
     assert inspect.signature(rdmaspawn.Popen) == inspect.signature(with_python_init)
 
 
-@needs_c
 def test_unwrapping_a_bound_init_keeps_the_binding() -> None:
     """inspect.unwrap() stops at the C __init__ bound to the class or to an
     instance, as at a function's: CPython 3.13.5's inspect.signature(cls)

@@ -37,17 +37,13 @@ def test_arguments_are_read_as_signature_bind_reads_them() -> None:
             posixspawn._bind(args, kwargs)
 
 
-# --- the plain call (csrc/python/posix_spawn.c, its Python fallback) ---------
+# --- the plain call (csrc/python/posix_spawn.c) -------------------------------
 
 needs_shortcut = pytest.mark.skipif(
     not getattr(subprocess, "_USE_POSIX_SPAWN", False)
     or not getattr(subprocess, "_HAVE_POSIX_SPAWN_CLOSEFROM", False)
     or _cpython.require().posix_spawn_environ,
     reason="Popen(argv) takes the posix_spawn shortcut with the plain call on CPython 3.13+ only")
-needs_c = pytest.mark.skipif(_capi.spawn_posix_plain is None,
-                             reason="ctypes cannot load the module: no C plain call")
-IMPLEMENTATIONS = [pytest.param(_capi.spawn_posix_plain, id="C", marks=needs_c),
-                   pytest.param(posixspawn._spawn_plain_python, id="Python")]
 
 
 class EnginePopen(subprocess.Popen):  # type: ignore[type-arg]
@@ -84,39 +80,18 @@ def no_python_plain(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the Python path was taken")
 
-    for name in ("_plain", "_spawn_plain_python"):
-        monkeypatch.setattr(posixspawn, name, refuse)
-    for name in ("spawn_plain", "spawn_request", "spawn_packed"):
+    for name in ("spawn_request", "spawn_packed"):
         monkeypatch.setattr(_engine, name, refuse)
 
 
 @needs_shortcut
-@needs_c
 @pytest.mark.usefixtures("no_python_plain")
 @pytest.mark.parametrize("argv", [[TRUE], (TRUE,), [TRUE.encode(), "x"]])
 def test_the_plain_call_is_spawned_in_c(argv: Any) -> None:
     """Popen(argv) reaches the engine once, through the C builtin alone."""
-    assert posixspawn._spawn_plain is _capi.spawn_posix_plain
     before = _engine.spawn_count()
     assert _outcome(lambda: EnginePopen(argv)) == ("exit", 0)
     assert _engine.spawn_count() == before + 1
-
-
-@needs_shortcut
-def test_the_python_fallback_spawns_the_plain_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the C builtin (no ctypes) the plain call goes to the engine
-    through engine.spawn_plain, as before."""
-    calls = []
-    spawn_plain = _engine.spawn_plain
-
-    def spy(*args: Any) -> tuple[int, int]:
-        calls.append(args)
-        return spawn_plain(*args)
-
-    monkeypatch.setattr(posixspawn, "_spawn_plain", posixspawn._spawn_plain_python)
-    monkeypatch.setattr(_engine, "spawn_plain", spy)
-    assert _outcome(lambda: EnginePopen([TRUE])) == ("exit", 0)
-    assert len(calls) == 1
 
 
 class Bytes(bytes):
@@ -135,7 +110,8 @@ def _describe(values: dict[str, Any]) -> str:
     return ",".join(f"{name}={type(v).__name__}:{v!r}" for name, v in values.items())
 
 
-#: Calls that are not plain, for the C builtin and its Python fallback alike.
+#: Calls that are not plain: the general path converts them (as CPython's
+#: would) or raises as posix_spawn does.
 NOT_PLAIN = [
     {"args": [TRUE, "a\0b"]}, {"args": [TRUE, b"a\0b"]}, {"args": [TRUE.encode() + b"\0"]},
     {"executable": TRUE + "\0"}, {"executable": TRUE.encode() + b"\0"},
@@ -143,34 +119,25 @@ NOT_PLAIN = [
     {"executable": pathlib.Path(TRUE)}, {"executable": Bytes(TRUE.encode())},
     {"executable": Str(TRUE)}, {"executable": None},
     {"env": {}}, {"p2cread": 3}, {"errwrite": 2}, {"c2pwrite": True},
-]
-#: Not plain for the C builtin only: the Python fallback converts these
-#: itself (as the general path would) or raises as the general path does.
-NOT_PLAIN_IN_C = [
     {"args": [TRUE, Bytes(b"x")]}, {"args": [Str(TRUE)]}, {"args": [pathlib.Path(TRUE)]},
     {"executable": "/bin/\ud800"}, {"c2pread": -1.0}, {"restore_signals": None},
     {"close_fds": "yes"},
 ]
 
 
-@pytest.mark.parametrize("implementation, values", [
-    *(pytest.param(_capi.spawn_posix_plain, values, id=f"C-{_describe(values)}", marks=needs_c)
-      for values in NOT_PLAIN + NOT_PLAIN_IN_C),
-    *(pytest.param(posixspawn._spawn_plain_python, values, id=f"Python-{_describe(values)}")
-      for values in NOT_PLAIN)])
-def test_a_call_that_is_not_plain_is_left_alone(implementation: Any, values: dict[str, Any]
-                                                ) -> None:
+@pytest.mark.parametrize("values", [pytest.param(values, id=_describe(values))
+                                    for values in NOT_PLAIN])
+def test_a_call_that_is_not_plain_is_left_alone(values: dict[str, Any]) -> None:
     """Anything but the plain call answers None, spawns nothing and raises
     nothing: posix_spawn_method's general path then raises what os.posix_spawn
     raises, or spawns."""
     if "close_fds" in values and "close_fds" not in posixspawn._PARAMETERS:
         pytest.skip("_posix_spawn has no close_fds before 3.13")
     before = _engine.spawn_count()
-    assert implementation(_call(**values), posixspawn._POSITIONS) is None
+    assert _capi.spawn_posix_plain(_call(**values), posixspawn._POSITIONS) is None
     assert _engine.spawn_count() == before
 
 
-@needs_c
 def test_the_c_plain_call_refuses_bad_positions() -> None:
     """A positions table of the wrong size or type, or one pointing outside
     the call, is a TypeError (a bug of posixspawn.py's), not "not plain"."""
@@ -185,7 +152,6 @@ def test_the_c_plain_call_refuses_bad_positions() -> None:
 
 
 @needs_shortcut
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("popen", [
     pytest.param(lambda cls: cls([TRUE, "a\0b"]), id="NUL in an argument"),
     pytest.param(lambda cls: cls([TRUE.encode(), b"a\0b"]), id="NUL in a bytes argument"),
@@ -201,23 +167,18 @@ def test_the_c_plain_call_refuses_bad_positions() -> None:
     pytest.param(lambda cls: cls(["/"]), id="a directory"),
     pytest.param(lambda cls: cls([TRUE], executable="/etc/passwd"), id="not executable"),
 ])
-def test_the_outcome_is_stock_subprocess(monkeypatch: pytest.MonkeyPatch, implementation: Any,
-                                         popen: Callable[[type], Any]) -> None:
+def test_the_outcome_is_stock_subprocess(popen: Callable[[type], Any]) -> None:
     """Each call ends as it does with CPython's own _posix_spawn: the same
     exception (type, args, filename: the executable as given), or the same
     exit status."""
-    monkeypatch.setattr(posixspawn, "_spawn_plain", implementation)
     stock = _outcome(lambda: popen(subprocess.Popen))
     assert _outcome(lambda: popen(EnginePopen)) == stock
 
 
 @needs_shortcut
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-def test_a_bytes_subclass_argument_reaches_the_child(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path, implementation: Any) -> None:
+def test_a_bytes_subclass_argument_reaches_the_child(tmp_path: pathlib.Path) -> None:
     """The general path takes what the plain call leaves: the child gets the
     argument's bytes."""
-    monkeypatch.setattr(posixspawn, "_spawn_plain", implementation)
     out = tmp_path / "out"
     before = _engine.spawn_count()
     argv = ["/bin/sh", "-c", 'printf %s "$1" > "$2"', "sh", Bytes(b"hello"), str(out)]

@@ -64,3 +64,30 @@ def test_installation_missing_its_core_says_reinstall(tmp_path: Path) -> None:
     _copy_package(tmp_path)
     line = _import_error(tmp_path)
     assert "the installation is incomplete" in line and "reinstall" in line
+
+
+_CFFI_HALF_ONLY = """
+#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_rdmaspawn_cffi", NULL, -1, NULL,
+                                 NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit__rdmaspawn_cffi(void) { return PyModule_Create(&def); }
+"""
+
+
+def test_a_core_without_its_extension_half_fails_at_import(tmp_path: Path) -> None:
+    """A core file that loads as the cffi module but lacks csrc/python/'s module
+    init (a build older than the sources, say) is refused by the first import,
+    naming the file and the missing init, not at the first spawn."""
+    import sysconfig
+
+    (tmp_path / "setup.py").write_text("")
+    _copy_package(tmp_path)
+    source = tmp_path / "stub.c"
+    source.write_text(_CFFI_HALF_ONLY)
+    core = tmp_path / "rdmaspawn" / "_rdmaspawn_cffi.abi3.so"
+    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC",
+                    f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(core)],
+                   check=True)
+    line = _import_error(tmp_path)
+    assert f"rdmaspawn's C core {core} does not load" in line
+    assert "PyInit__capi" in line

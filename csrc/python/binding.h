@@ -1,13 +1,12 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
- * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), the engine's plain request (spawn_request.c), Popen's __init__ (popen_init.c) and the builtins that keep the GIL (functions.c), reached
- * through ctypes.PyDLL; and the SIGINT hold (sigint.c), also through cffi (the block between the cdef markers is read
- * by build_ffi.py like rdmaspawn.h's).
+ * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), the engine's
+ * plain request (spawn_request.c), Popen's __init__ (popen_init.c), the
+ * SIGINT hold (sigint.c) and the rest, made builtins of the extension module
+ * rdmaspawn._native._capi by functions.c.
  */
 #ifndef RDMASPAWN_BINDING_H
 #define RDMASPAWN_BINDING_H
-
-/* cdef-begin */
 
 /* SIGINT held back while rdmaspawn.Popen builds a child (sigint.c): held
  * says whether a hold is on; hold swaps in a handler that counts (1: held;
@@ -18,8 +17,6 @@ int rs_sigint_held(void);
 int rs_sigint_hold(void);
 long rs_sigint_take(void);
 long rs_sigint_release(void);
-
-/* cdef-end */
 
 /* The thread that runs Python's signal handlers, by its ident (sigint.c);
  * whether the calling thread is it with no hold on, so that it may hold
@@ -90,9 +87,6 @@ PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *slow,
 
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */
 PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld);
-
-/* functions.c's builtins by name, in a new dict: the one ctypes call. */
-PyObject *rs_python_functions(void);
 #endif
 
 #endif

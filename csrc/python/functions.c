@@ -5,9 +5,12 @@
  *
  * cffi releases the GIL for every call it makes, even one that does nothing
  * but set a variable; with several threads spawning, each release is a GIL
- * hand-over (a futex wake and a context switch) and measurably cut their
- * throughput. These are ordinary builtin functions instead: Python reaches
- * them through one ctypes.PyDLL call, rs_python_functions(), at import.
+ * hand-over (a futex wake and a context switch) that cuts their throughput.
+ * These are the builtins of an extension module instead, whose init lives in
+ * the cffi-built library itself: rdmaspawn/_native/capi.py loads the same
+ * file under this module's name, so the loader hands back the handle it
+ * already has and both modules share every static (one SIGINT hold, one
+ * spawn count).
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
@@ -216,21 +219,14 @@ static PyMethodDef functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* The builtins, by name: a new dict. Called once, through ctypes.PyDLL (which
- * holds the GIL and takes the new reference). */
-PyObject *rs_python_functions(void)
+/* Single-phase: the statics are the process's, like the cffi module's. */
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rdmaspawn._native._capi",
+    "csrc/python/'s builtins (see rdmaspawn/_native/capi.py).", -1, functions,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__capi(void)
 {
-    PyObject *out = PyDict_New();
-    if (!out)
-        return NULL;
-    for (PyMethodDef *def = functions; def->ml_name; def++) {
-        PyObject *func = PyCFunction_NewEx(def, NULL, NULL);
-        if (!func || PyDict_SetItemString(out, def->ml_name, func) < 0) {
-            Py_XDECREF(func);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(func);
-    }
-    return out;
+    return PyModule_Create(&module);
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .._child import pack
 from .._child.model import ChildSetup
@@ -114,45 +114,15 @@ def _blob(items: Sequence[object]) -> tuple[bytes, int]:
     raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
 
 
-def _environ_snapshot_cffi() -> Any:
-    """csrc/python/environ.c's copy of the environ array, made from Python where
-    ctypes cannot load the module (a Python built without _ctypes): the same
-    policy (the array, not the strings; environ.c says why), with the GIL
-    held throughout, as reading a cffi global, indexing it and ffi.memmove
-    never release it."""
-    env = lib.environ
-    if env == ffi.NULL:  # after clearenv()
-        return ffi.new("char *[]", 1)
-    n = 0
-    while env[n]:  # a NULL pointer is false
-        n += 1
-    copy = ffi.new("char *[]", n + 1)
-    ffi.memmove(copy, env, n * ffi.sizeof("char *"))
-    return copy
-
-
-def _snapshot_from_builtin() -> Callable[[], Any]:
-    """The C copy (csrc/python/environ.c, through the builtin that keeps the
-    GIL), else the same copy made from Python."""
-    builtin = _capi.environ_snapshot
-    if builtin is None:
-        return _environ_snapshot_cffi
-    from_buffer = ffi.from_buffer
-
-    def snapshot() -> Any:
-        return from_buffer("char *[]", builtin())
-
-    return snapshot
-
-
-_environ_snapshot = _snapshot_from_builtin()
+_environ_array = _capi.environ_snapshot
+_from_buffer = ffi.from_buffer
 
 
 def environ_snapshot() -> Any:
     """A private copy of the environ array for a spawn with env=None, taken
     with the GIL held: the NULL-terminated array, as rs_spawn_packed's envp
     (see csrc/python/environ.c)."""
-    return _environ_snapshot()
+    return _from_buffer("char *[]", _environ_array())
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -242,17 +212,9 @@ def spawn(
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
-def _plain_in_c() -> Callable[[SpawnRequest], tuple[int, int, int, int, int] | None] | None:
-    """csrc/python/spawn_request.c's spawn of a plain request, where it reads
-    SpawnRequest's fields in their order (else None: every request is
-    converted here)."""
-    fields = _capi.spawn_request_fields
-    if fields is None or fields() != SpawnRequest._fields:
-        return None
-    return _capi.spawn_request_plain
-
-
-_spawn_plain_request = _plain_in_c()
+#: csrc/python/spawn_request.c's spawn of a plain request (it reads
+#: SpawnRequest's fields in their order: tests/test_spawn_request.py).
+_spawn_plain_request = _capi.spawn_request_plain
 
 
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
@@ -263,14 +225,13 @@ def spawn_request(request: SpawnRequest) -> tuple[int, int]:
     else, bad values included, by :func:`spawn_packed`."""
     if request.setup is not None:
         return pack.spawn_with(request, spawn_packed)
-    if _spawn_plain_request is not None:
-        done = _spawn_plain_request(request)
-        if done is not None:
-            pid, pidfd, err, step, exec_index = done
-            if err:
-                raise _spawn_error(err, step, pid, exec_index, request.flags, request.cwd,
-                                   request.exec_list)
-            return pid, pidfd
+    done = _spawn_plain_request(request)
+    if done is not None:
+        pid, pidfd, err, step, exec_index = done
+        if err:
+            raise _spawn_error(err, step, pid, exec_index, request.flags, request.cwd,
+                               request.exec_list)
+        return pid, pidfd
     return spawn_packed(request, ffi.NULL)
 
 
@@ -320,24 +281,6 @@ def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd
                        None if pid < 0 or flags & REAP_ON_FAILURE else pid)
     error.in_setup = step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
     return error
-
-
-def spawn_plain(argv_blob: bytes, argc: int, executable: bytes, flags: int) -> tuple[int, int]:
-    """:func:`spawn_packed` for the plainest request, its strings converted
-    and checked already: ``argv_blob`` as :func:`_blob` makes it, one
-    executable path (no NUL), the environ array's copy, no cwd, no fd to
-    redirect, keep or close first, nothing else to set. The posix_spawn
-    path's usual call (``Popen([path])`` on 3.13+), without the general path's
-    per-field conversions, where ctypes cannot load the module (else
-    csrc/python/posix_spawn.c makes the whole call in C)."""
-    res = ffi.new("struct rs_result *")
-    lib.rs_spawn_packed(
-        argv_blob, argc, executable + b"\0", 1, ffi.NULL, -1, environ_snapshot(), ffi.NULL,
-        ffi.NULL, 0, ffi.NULL, 0, -1, -1, -1, flags, lib.RS_CLOSE_AUTO, -1, -1, ffi.NULL, -1,
-        -1, -1, lib.RS_FAIL_STATUS_CPYTHON, res, ffi.NULL)
-    if res.err:
-        raise _spawn_error(res.err, res.step, res.pid, res.exec_index, flags, None, [executable])
-    return res.pid, res.pidfd
 
 
 def spawn_count() -> int:

@@ -75,9 +75,11 @@ def _built() -> bool:
 
 
 def require_core() -> None:
-    """Import the compiled core; an ImportError that says what to do if it fails."""
+    """Import the compiled core, both its modules (the cffi one and the
+    extension in the same file, csrc/python/); an ImportError that says what
+    to do if it fails."""
     try:
-        from .. import _rdmaspawn_cffi  # noqa: F401
+        from .._native import capi  # noqa: F401
     except ImportError as exc:
         raise ImportError(_explain(exc)) from exc
 

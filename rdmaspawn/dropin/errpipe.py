@@ -48,11 +48,8 @@ _pipes: dict[int, bytes | BaseException] = {}
 #: spawn each). ``pipe(fork_exec)`` is given the fork_exec the method will
 #: call, and keeps the pipe here only where that is rdmaspawn's (through
 #: rdmaspawn's guard's wrappers at most): anything else gets a real pipe.
-#: None where ctypes cannot load the binding, and then no pipe is kept here.
 CALLS: tuple[Callable[[Any], tuple[int, int]], Callable[[int, int], bytes],
-             Callable[[int], None]] | None = \
-    _capi.errpipe_calls(_pipes, os, FIRST_FD, GUARD_WRAPPER) \
-    if _capi.errpipe_calls is not None else None
+             Callable[[int], None]] = _capi.errpipe_calls(_pipes, os, FIRST_FD, GUARD_WRAPPER)
 
 
 def is_memory(fd: int) -> bool:

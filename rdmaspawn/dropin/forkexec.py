@@ -184,12 +184,11 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
     kept on ``__wrapped__``. The result is the C fork_exec
     (csrc/python/fork_exec.c), which starts the plain call itself and hands
     every other to :func:`_fork_exec_python`; where this CPython is not one
-    rdmaspawn knows, or ctypes cannot load the module, a Python function that
-    does it all (and raises UnsupportedPython when called on an unknown one).
+    rdmaspawn knows, a Python function that raises UnsupportedPython when
+    called.
     """
     internals = _cpython.current()
-    if internals is not None and _capi.fork_exec_new is not None:
-        assert _capi.fork_exec_params is not None  # the same builtins' table
+    if internals is not None:
         names = _capi.fork_exec_params()
         if sorted(names) != sorted(_cpython.ForkExecCall._fields):
             # Cannot happen in a consistent build (tests/test_forkexec.py).

@@ -39,9 +39,9 @@ runs the Python handler all the same.)
 Not covered: other signals whose Python handler raises (a SIGALRM timeout,
 a SIGTERM handler raising SystemExit).
 
-Where ctypes loads the binding, rdmaspawn.Popen's ``__init__`` does the same
-in C (csrc/python/popen_init.c); the functions here serve the Python
-``__init__``, which takes the calls the C one hands it.
+rdmaspawn.Popen's ``__init__`` does the same in C (csrc/python/popen_init.c);
+the functions here serve the Python ``__init__``, which takes the calls the C
+one hands it.
 """
 from __future__ import annotations
 
@@ -60,42 +60,27 @@ __all__ = ["owner", "hold", "replay", "release", "finish"]
 _SIGINT = int(_signal.SIGINT)
 _getsignal = _signal.getsignal
 _get_ident = _thread.get_ident
-_held = _capi.sigint_held
 _hold = _capi.sigint_hold
 _take = _capi.sigint_take
 _release = _capi.sigint_release
 
 
-#: The thread that runs Python's signal handlers: threading.main_thread()'s
-#: ident, read once (two Python calls per Popen otherwise). After os.fork()
-#: it is the thread that forked, for CPython and for threading alike.
-_main_ident = threading.main_thread().ident
-
-
-def _set_main(ident: int | None) -> None:
-    global _main_ident
-    _main_ident = ident
-    if _capi.sigint_set_main is not None and ident is not None:
-        _capi.sigint_set_main(ident)
-
-
 def _forked() -> None:
-    _set_main(_get_ident())
+    _capi.sigint_set_main(_get_ident())
 
 
-_set_main(_main_ident)
+# The thread that runs Python's signal handlers, told to sigint.c once (its
+# owner() asks on every Popen): threading.main_thread()'s ident; after
+# os.fork() the thread that forked, for CPython and for threading alike.
+_capi.sigint_set_main(threading.main_thread().ident or _get_ident())
 os.register_at_fork(after_in_child=_forked)
-
-
-def _owner_python() -> bool:
-    return _get_ident() == _main_ident and not _held()
 
 
 #: Whether the caller may hold SIGINT back, and so must release it: the main
 #: thread, with no hold on already (a Popen that runs inside a signal handler
-#: during another Popen's hold holds nothing of its own). A builtin where
-#: ctypes loads the binding: asked on every Popen.
-owner: Callable[[], bool] = _capi.sigint_owner or _owner_python
+#: during another Popen's hold holds nothing of its own). A builtin: asked on
+#: every Popen.
+owner: Callable[[], bool] = _capi.sigint_owner
 
 
 def hold() -> None:

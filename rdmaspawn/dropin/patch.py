@@ -81,9 +81,9 @@ def patch(start_method: str | None = None) -> None:
         # Its _execute_child with the error pipe in memory where its
         # fork_exec is ours (dropin/execute_child.py), if it can be made.
         cpython_method = subprocess.Popen._execute_child  # type: ignore[attr-defined]
-        method = _execute_child.method(cpython_method) if _errpipe.CALLS is not None else None
+        method = _execute_child.method(cpython_method)
         if method is not None:
-            for name, call in zip(_execute_child.NAMES, _errpipe.CALLS or ()):
+            for name, call in zip(_execute_child.NAMES, _errpipe.CALLS):
                 _swap(done, subprocess, name, call)
             _swap(done, subprocess.Popen, "_execute_child", method)
         if hasattr(os, "_spawnvef"):

@@ -62,8 +62,7 @@ def _namespace() -> dict[str, Any]:
 
 
 _NS = _namespace()
-if _errpipe.CALLS is not None:
-    _NS.update(zip(_execute_child.NAMES, _errpipe.CALLS))
+_NS.update(zip(_execute_child.NAMES, _errpipe.CALLS))
 
 
 class _FdRecorder:
@@ -257,7 +256,7 @@ def _execute_child_method() -> Callable[..., None]:
     """CPython's _execute_child with its error pipe in memory
     (dropin/execute_child.py), else as it is; with our globals either way."""
     cpython = _CPYTHON_EXECUTE_CHILD
-    code = _execute_child.code(cpython) if _errpipe.CALLS is not None else None
+    code = _execute_child.code(cpython)
     return _rebind(cpython, "Popen._execute_child", code)
 
 
@@ -265,12 +264,11 @@ Popen.__module__ = "rdmaspawn"
 _NS["Popen"] = Popen
 
 # What Popen adds to CPython's __init__, the SIGINT hold, cost more as Python
-# frames than the hold itself, on every Popen: where ctypes loads the
-# binding, __init__ is a C method descriptor (csrc/python/popen_init.c) that
-# hands the Python one above every call it does not take (a subclass's
-# instance, setup keywords).
+# frames than the hold itself, on every Popen: __init__ is a C method
+# descriptor (csrc/python/popen_init.c) that hands the Python one above every
+# call it does not take (a subclass's instance, setup keywords).
 _init_python = Popen.__init__
-if _INTERNALS is not None and _capi.popen_init_new is not None:
+if _INTERNALS is not None:
     Popen.__init__ = _capi.popen_init_new(  # type: ignore[method-assign]
         subprocess.Popen, Popen, _init_python, SETUP_KEYWORDS, _signal.getsignal,
         _signal.raise_signal)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
 
 from .._native import capi as _capi
 from .._native import engine as _engine
@@ -65,57 +65,6 @@ _POSITIONS = bytes((len(_PARAMETERS) - 1, _AT["args"], _AT["executable"], _AT["e
                     _AT["restore_signals"], _AT.get("close_fds", 0xFF), *_FD_PARAMS))
 
 
-def _plain(args: tuple[Any, ...]) -> tuple[bytes, int, bytes] | None:
-    """``(argv blob, argc, executable)`` where the call is the plain one CPython
-    makes for ``Popen(argv)`` (positional, env None, no pipes, str or bytes
-    strings that pass posix_spawn's checks); else None, and the general path
-    sees the call afresh (and raises what posix_spawn raises)."""
-    if len(args) != len(_AT) - 1 or args[_AT["env"]] is not None:
-        return None
-    for i in _FD_PARAMS:
-        if args[i] != -1:
-            return None
-    argv, executable = args[_AT["args"]], args[_AT["executable"]]
-    if type(argv) is not list and type(argv) is not tuple:
-        return None
-    if type(executable) is str:
-        executable = os.fsencode(executable)
-    elif type(executable) is not bytes:
-        return None
-    try:
-        blob, argc = _engine._blob(argv)
-    except (TypeError, ValueError):
-        return None
-    if not argc or blob[0] == 0 or b"\0" in executable:  # empty argv, or its argv[0]
-        return None
-    return blob, argc, executable
-
-
-def _spawn_plain_python(args: tuple[Any, ...], positions: bytes) -> int | None:
-    """csrc/python/posix_spawn.c's ``spawn_posix_plain`` in Python, where
-    ctypes cannot load the module: the plain call spawned (its pid), else
-    None. ``positions`` is the C one's; ``_AT`` says the same here."""
-    plain = _plain(args)
-    if plain is None:
-        return None
-    close_fds = "close_fds" in _AT and args[_AT["close_fds"]]  # a parameter since 3.13
-    flags = ((close_fds and _request.CLOSE_FDS)
-             | (args[_AT["restore_signals"]] and _request.RESTORE_SIGNALS)
-             | _request.REAP_ON_FAILURE)
-    try:
-        pid, _ = _engine.spawn_plain(*plain, flags)
-    except _engine.SpawnError as err:
-        raise OSError(err.errno, os.strerror(err.errno), args[_AT["executable"]]) from None
-    return pid
-
-
-#: The plain call spawned, ``(args, positions) -> pid or None``: in C where
-#: ctypes loads the module (the whole call with the GIL held but for the
-#: spawn; issue 29: parent CPU), else in Python.
-_spawn_plain: Callable[[tuple[Any, ...], bytes], int | None] = \
-    _spawn_plain_python if _capi.spawn_posix_plain is None else _capi.spawn_posix_plain
-
-
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
     internals = _cpython.require()
@@ -123,7 +72,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
         # Popen(argv) on 3.13+: what the general path below does, without its
         # conversions, where the call is plain (env None, no fds, str or bytes
         # strings that pass posix_spawn's checks); any other goes on below.
-        pid = _spawn_plain(args, _POSITIONS)
+        pid = _capi.spawn_posix_plain(args, _POSITIONS)
         if pid is not None:
             self.pid = pid
             self._child_created = True
