@@ -203,7 +203,7 @@ REPORT = textwrap.dedent("""\
         outcome("Popen", lambda: spawns(rdmaspawn.Popen) + [missing(rdmaspawn.Popen)])
         def patched():
             rdmaspawn.patch()
-            return [subprocess.run(["sh", "-c", "exit 6"]).returncode,
+            return [rdmaspawn.is_patched(), subprocess.run(["sh", "-c", "exit 6"]).returncode,
                     subprocess.run(["/bin/sh", "-c", "exit 7"]).returncode,
                     missing(subprocess.Popen)]
         outcome("patch", patched)
@@ -246,7 +246,7 @@ def test_a_changed_subprocess_works_or_is_refused_by_name(name: str, stock_text:
     ours, said = _report(where, "rdmaspawn")
     assert said == ""
     if not case.refused:
-        assert ours == {"Popen": [3, 4, 5, MISSING], "patch": [6, 7, MISSING]}, ours
+        assert ours == {"Popen": [3, 4, 5, MISSING], "patch": [True, 6, 7, MISSING]}, ours
     else:
         for what in ("Popen", "patch"):
             kind, message = ours[what]  # type: ignore[misc]

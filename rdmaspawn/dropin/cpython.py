@@ -337,7 +337,7 @@ def _home(execute_child: Callable[..., Any]) -> tuple[str, str]:
     call is then refused by _check)."""
     found = [home for home in FORK_EXEC_HOMES
              if hasattr(sys.modules.get(home[0]), home[1])]
-    for home in found:
+    for home in reversed(found):  # the alias first: 3.11+ has both
         if _caller_loads(execute_child, home) is not None:
             return home
     return found[-1]
@@ -381,7 +381,16 @@ def _caller_loads(func: Callable[..., Any], home: tuple[str, str]
     its last naming before the call: the method patch() puts in place also
     names it earlier, for its error pipe), and the call's argument count (a
     constant passed is no name); None where it makes no such call."""
-    name = home[1]
+    key = (func.__code__, home)
+    if key not in _scanned:  # the gate asks twice: _home(), then _check()
+        _scanned[key] = _scan(func, home[1])
+    return _scanned[key]
+
+
+_scanned: dict[tuple[Any, tuple[str, str]], tuple[tuple[str, ...], int] | None] = {}
+
+
+def _scan(func: Callable[..., Any], name: str) -> tuple[tuple[str, ...], int] | None:
     names: list[str] | None = None
     for ins in dis.get_instructions(func):
         if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
