@@ -102,10 +102,18 @@ def posix_spawn_parameter_renamed(text: str) -> str:
 
 
 def no_vfork_flag(text: str) -> str:
-    if "\n_USE_VFORK = True\n" not in text:
-        pytest.skip(NO_VFORK_FLAG)
+    """3.14 did this: fork_exec's call passes no _USE_VFORK (3.11-3.13 only)."""
+    if "preexec_fn, _USE_VFORK)" not in text:
+        pytest.skip(f"{NO_VFORK_FLAG}, or its fork_exec call passes none (3.10: read in C)")
     text = _sub(text, "\n_USE_VFORK = True\n", "\n")
     return _sub(text, "preexec_fn, _USE_VFORK)", "preexec_fn, True)")
+
+
+def no_vfork_flag_read_in_c(text: str) -> str:
+    """3.10.5+: fork_exec reads the flag from subprocess, and takes its absence as True."""
+    if "\n_USE_VFORK = True\n" not in text or "preexec_fn, _USE_VFORK)" in text:
+        pytest.skip(f"{NO_VFORK_FLAG}, or its fork_exec call passes it (3.11-3.13)")
+    return _sub(text, "\n_USE_VFORK = True\n", "\n")
 
 
 def posix_spawn_parameter_added(text: str) -> str:
@@ -165,6 +173,7 @@ CASES = {
     "errpipe_used_once_more": Case(errpipe_used_once_more),
     "posix_spawn_parameter_renamed": Case(posix_spawn_parameter_renamed),
     "no_vfork_flag": Case(no_vfork_flag, refused="it does not pass _USE_VFORK"),
+    "no_vfork_flag_read_in_c": Case(no_vfork_flag_read_in_c),
     "posix_spawn_parameter_added": Case(posix_spawn_parameter_added),
     "popen_keyword_added": Case(popen_keyword_added),
     "fork_exec_wrapped": Case(fork_exec_wrapped),
