@@ -3,6 +3,7 @@ refusal of a CPython whose subprocess does not match it."""
 from __future__ import annotations
 
 import _posixsubprocess
+import inspect
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from rdmaspawn.dropin import cpython as _cpython
 from rdmaspawn.dropin.arguments import _MAX_GROUPS
+from rdmaspawn.dropin.wrapping import innermost
 
 
 def test_this_cpython_is_known_and_matches():
@@ -40,13 +42,52 @@ def test_rows_a_patch_release_can_change_are_not_in_the_table():
     wrong_count, too_many_groups and posix_spawn_environ come from the running
     CPython only: no TABLE entry holds a value for them (issue 48)."""
     looked_up = ("home", "chdir_tag", "posix_spawn_str_nul", "get_handles_cleans_up",
-                 "int_parser", "wrong_count", "too_many_groups", "posix_spawn_environ")
+                 "int_parser", "wrong_count", "too_many_groups", "posix_spawn_environ",
+                 "posix_spawn", "posix_spawn_differs", "preexec_fn_position")
     for version, internals in _cpython.TABLE.items():
         for row in looked_up:
             assert getattr(internals, row) == _cpython.Internals._field_defaults[row], version
     this = _cpython.require()
     assert this.posix_spawn_str_nul in ("embedded null byte", _cpython.POSIX_SPAWN_PATH_NUL)
     assert this.chdir_tag in (b"noexec", b"noexec:chdir")
+
+
+def test_posix_spawn_is_the_one_known_and_placed_by_name():
+    """This CPython's _posix_spawn passes the gate; its positions (the C
+    side's) name each parameter where it is; one that takes anything else is
+    left to CPython, with the reason."""
+    internals = _cpython.require()
+    spawn = internals.posix_spawn
+    assert spawn is not None and internals.posix_spawn_differs == ""
+    assert spawn.params == internals.posix_spawn_params
+    assert spawn.function is innermost(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+    assert spawn.positions[0] == len(spawn.params)
+    assert [spawn.params[i] for i in spawn.positions[1:5]] == [
+        "args", "executable", "env", "restore_signals"]
+    assert [spawn.params[i] for i in spawn.fds] == list(_cpython._POSIX_SPAWN_FDS)
+
+    class Renamed(subprocess.Popen):  # type: ignore[type-arg]
+        def _posix_spawn(self, args, executable, env, restore_signals,  # type: ignore[override]
+                         stdin_read, p2cwrite, c2pread, c2pwrite, errread, errwrite):
+            raise AssertionError("not called")
+
+    found, why = _cpython._posix_spawn(Renamed, _cpython.TABLE[(3, 9)].posix_spawn_params)
+    assert found is None and "stdin_read" in why and "p2cread" in why
+
+
+def test_preexec_fn_position_is_popens():
+    """Where Popen() takes preexec_fn by position, from its own code object."""
+    position = _cpython.require().preexec_fn_position
+    assert list(inspect.signature(subprocess.Popen).parameters)[position] == "preexec_fn"
+
+
+def test_the_stand_ins_cover_every_home():
+    """Start-up's stand-ins go where dropin.cpython's home of fork_exec is
+    looked for: one list (standin.FORK_EXEC_HOMES), and this CPython's home is in it."""
+    from rdmaspawn._startup import standin
+
+    assert _cpython.FORK_EXEC_HOMES is standin.FORK_EXEC_HOMES
+    assert _cpython.require().home in standin.FORK_EXEC_HOMES
 
 
 def test_unknown_version_is_refused_by_name():

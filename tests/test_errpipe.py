@@ -259,14 +259,30 @@ def _module_from(tmp_path: Path, name: str, source: str) -> types.ModuleType:
         sys.path.remove(str(tmp_path))
 
 
-METHOD = """
+#: The call through which _execute_child reaches fork_exec on this CPython.
+_HOME = cpython.require().home
+_CALL = _HOME[1] if _HOME[0] == "subprocess" else ".".join(_HOME)
+METHOD = f"""
     import os
+    import _posixsubprocess
+
+    _fork_exec = _posixsubprocess.fork_exec
 
     class Popen:
         def _execute_child(self):
+            low_fds_to_close = []
             errpipe_read, errpipe_write = os.pipe()
+            while errpipe_write < 3:
+                low_fds_to_close.append(errpipe_write)
+                errpipe_write = os.dup(errpipe_write)
+            fds_to_keep = set()
             try:
+                fds_to_keep.add(errpipe_write)
+                self.pid = {_CALL}(
+                    errpipe_read, errpipe_write)
+            finally:
                 os.close(errpipe_write)
+            try:
                 part = os.read(errpipe_read, 50000)
             finally:
                 os.close(errpipe_read)
@@ -277,7 +293,8 @@ METHOD = """
 def test_code_is_made_only_with_certainty(tmp_path: Path) -> None:
     """A method whose source compiles to its own code gets the four calls
     changed; one whose file no longer matches it, or that lacks a call, or
-    has one twice, gets None (Popen then runs CPython's, with a real pipe)."""
+    has one twice, or names the pipe in one more statement, gets None (Popen
+    then runs CPython's, with a real pipe)."""
     good = _module_from(tmp_path, "errpipe_good", METHOD)
     code = execute_child.code(good.Popen._execute_child)
     assert code is not None
@@ -296,3 +313,8 @@ def test_code_is_made_only_with_certainty(tmp_path: Path) -> None:
     twice = _module_from(tmp_path, "errpipe_twice", METHOD.replace(
         "os.close(errpipe_write)", "os.close(errpipe_write)\n                os.close(errpipe_write)"))
     assert execute_child.code(twice.Popen._execute_child) is None
+
+    # The pipe named once more: a number kept in memory would reach os (EBADF).
+    once_more = _module_from(tmp_path, "errpipe_once_more", METHOD.replace(
+        "fds_to_keep = set()", "fds_to_keep = set()\n            os.set_inheritable(errpipe_write, False)"))
+    assert execute_child.code(once_more.Popen._execute_child) is None

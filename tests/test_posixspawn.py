@@ -14,6 +14,9 @@ from rdmaspawn.dropin import cpython as _cpython
 from rdmaspawn.dropin import posixspawn
 
 SIGNATURE = inspect.signature(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+#: _posix_spawn as dropin.cpython's gate found it (the one rdmaspawn knows).
+SPAWN = _cpython.require().posix_spawn
+assert SPAWN is not None
 TRUE = "/bin/true"
 
 
@@ -22,19 +25,20 @@ def test_arguments_are_read_as_signature_bind_reads_them() -> None:
     start-up) bind a call as inspect.Signature.bind does: all positional, as
     _execute_child calls it, or the last one by keyword; a missing or an
     unknown argument is a TypeError on both."""
-    params = list(SIGNATURE.parameters)
+    params = list(SIGNATURE.parameters)[1:]  # self is not the call's
     values = tuple(f"value-{name}" for name in params)
-    bound = dict(SIGNATURE.bind(*values).arguments)
-    assert posixspawn._bind(values, {}) == bound
-    assert list(posixspawn._bind(values, {})) == params
-    assert posixspawn._bind(values[:-1], {params[-1]: values[-1]}) == bound
+    bound = dict(SIGNATURE.bind("self", *values).arguments)
+    del bound["self"]
+    assert posixspawn._bind(SPAWN, values, {}) == bound
+    assert list(posixspawn._bind(SPAWN, values, {})) == params
+    assert posixspawn._bind(SPAWN, values[:-1], {params[-1]: values[-1]}) == bound
 
     for args, kwargs in ((values[:-1], {}), (values, {"no_such": 1}),
                          (values, {params[-1]: values[-1]})):
         with pytest.raises(TypeError):
-            SIGNATURE.bind(*args, **kwargs)
+            SIGNATURE.bind("self", *args, **kwargs)
         with pytest.raises(TypeError):
-            posixspawn._bind(args, kwargs)
+            posixspawn._bind(SPAWN, args, kwargs)
 
 
 # --- the plain call (csrc/python/posix_spawn.c) -------------------------------
@@ -60,7 +64,7 @@ def _call(**values: Any) -> tuple[Any, ...]:
              "close_fds": True, "p2cread": -1, "p2cwrite": -1, "c2pread": -1,
              "c2pwrite": -1, "errread": -1, "errwrite": -1}
     plain.update(values)
-    return tuple(plain[name] for name in posixspawn._PARAMETERS[1:])
+    return tuple(plain[name] for name in SPAWN.params)
 
 
 def _outcome(make: Callable[[], subprocess.Popen[Any]]) -> tuple[Any, ...]:
@@ -131,10 +135,10 @@ def test_a_call_that_is_not_plain_is_left_alone(values: dict[str, Any]) -> None:
     """Anything but the plain call answers None, spawns nothing and raises
     nothing: posix_spawn_method's general path then raises what os.posix_spawn
     raises, or spawns."""
-    if "close_fds" in values and "close_fds" not in posixspawn._PARAMETERS:
+    if "close_fds" in values and "close_fds" not in SPAWN.params:
         pytest.skip("_posix_spawn has no close_fds before 3.13")
     before = _engine.spawn_count()
-    assert _capi.spawn_posix_plain(_call(**values), posixspawn._POSITIONS) is None
+    assert _capi.spawn_posix_plain(_call(**values), SPAWN.positions) is None
     assert _engine.spawn_count() == before
 
 
@@ -142,13 +146,13 @@ def test_the_c_plain_call_refuses_bad_positions() -> None:
     """A positions table of the wrong size or type, or one pointing outside
     the call, is a TypeError (a bug of posixspawn.py's), not "not plain"."""
     call = _call()
-    for positions in (b"", posixspawn._POSITIONS[:-1], bytes([len(call)] + [len(call)] * 11),
-                      list(posixspawn._POSITIONS)):
+    for positions in (b"", SPAWN.positions[:-1], bytes([len(call)] + [len(call)] * 11),
+                      list(SPAWN.positions)):
         with pytest.raises(TypeError):
             _capi.spawn_posix_plain(call, positions)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        _capi.spawn_posix_plain(list(call), posixspawn._POSITIONS)  # type: ignore[arg-type]
-    assert _capi.spawn_posix_plain(call[:-1], posixspawn._POSITIONS) is None  # another count
+        _capi.spawn_posix_plain(list(call), SPAWN.positions)  # type: ignore[arg-type]
+    assert _capi.spawn_posix_plain(call[:-1], SPAWN.positions) is None  # another count
 
 
 @needs_shortcut

@@ -30,7 +30,7 @@ def test_setup_keyword_joins_a_users_preexec_fn(positional: bool) -> None:
     argv = [sys.executable, "-c", _REPORT]
     if positional:
         args = [argv, -1, None, None, subprocess.PIPE, None, os.setsid]
-        assert len(args) == _cpython.POPEN_PREEXEC_FN_POSITION + 1
+        assert len(args) == _cpython.require().preexec_fn_position + 1
         out = _report(*args, nice=3)
     else:
         out = _report(argv, stdout=subprocess.PIPE, preexec_fn=os.setsid, nice=3)

@@ -44,9 +44,15 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any, Callable
 
-__all__ = ["STANDIN_CODE", "forks_pending", "give_way", "give_way_forks", "install",
+__all__ = ["FORK_EXEC_HOMES", "STANDIN_CODE", "forks_pending", "give_way", "give_way_forks", "install",
            "install_forks", "took_out"]
 
+#: Where CPython's _execute_child may find fork_exec, as (module, attribute):
+#: the C module's own (3.9-3.10) and subprocess's alias bound at its import
+#: (3.11+). One of dropin.cpython's facts, kept here because start-up puts a
+#: stand-in at each and must not import that module; its gate (require())
+#: refuses a CPython whose _execute_child calls fork_exec through another.
+FORK_EXEC_HOMES = (("_posixsubprocess", "fork_exec"), ("subprocess", "_fork_exec"))
 _MARK = "__rdmaspawn_standin__"
 _lock = _thread.RLock()
 # What the stand-ins wait for (autostart's), until it has run; None after.
@@ -102,11 +108,9 @@ def _place_at_subprocess(subprocess: "ModuleType") -> None:
             return  # already made real, or never asked for
         import _posixsubprocess
 
-        _place(_posixsubprocess, "fork_exec")
-        # 3.11+: Popen calls subprocess's alias, bound at its import
-        # (dropin.cpython's table: home ("subprocess", "_fork_exec")).
-        if hasattr(subprocess, "_fork_exec"):
-            _place(subprocess, "_fork_exec")
+        owners = {"_posixsubprocess": _posixsubprocess, "subprocess": subprocess}
+        for module, attr in FORK_EXEC_HOMES:
+            _place(owners[module], attr)  # one it does not have is left alone
         if _with_patch:
             _place(subprocess.Popen, "_posix_spawn")
 

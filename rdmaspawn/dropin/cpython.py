@@ -1,22 +1,33 @@
 """Everything rdmaspawn knows about CPython's private subprocess internals.
 
-One table, keyed by CPython version; the drop-ins (``dropin/``) and the
-guard (``tools/guard.py``) ask it by name and never count argument positions
+One table, keyed by CPython version, and the facts no version number
+tells: where ``fork_exec`` lives and its parameters, ``Popen._posix_spawn``'s
+parameters, the lines of ``_execute_child`` that name its error pipe,
+``_USE_VFORK`` and ``_USE_POSIX_SPAWN``. The drop-ins (``dropin/``), the
+guard (``tools/guard.py``) and the C side (the positions handed to
+``csrc/python/``) ask it by name and never count argument positions
 themselves. The facts come from each version's ``Lib/subprocess.py``
 (``Popen._execute_child``, ``Popen._posix_spawn``) and
 ``Modules/_posixsubprocess.c`` (``fork_exec``), and from running them.
 
-A CPython that is not in the table, or whose ``_execute_child`` no longer
-calls ``fork_exec`` with the arguments the table says, is refused by
-:func:`require` with an error naming the version: routing 22 arguments by
-the positions of 23 would start the wrong child, silently. The refusal says
-what to do: upgrade rdmaspawn, or use ``rdmaspawn.spawn()``, which does not
-depend on these internals.
+Nothing is read from it before a gate has checked it against the running
+CPython: :func:`require` for everything a spawn needs, :func:`errpipe_calls`
+for the error pipe's lines (it needs the method's source, read at the
+first spawn). What does not match is refused, or left to CPython where
+CPython's own is still safe: ``require()`` refuses a CPython that is not in
+the table, or whose ``_execute_child`` no longer calls ``fork_exec`` with the
+arguments the table says (routing 22 arguments by the positions of 23 would
+start the wrong child, silently), and says what to do: upgrade rdmaspawn,
+or use ``rdmaspawn.spawn()``, which does not depend on these internals. A
+``_posix_spawn`` that is not the one known stays CPython's (glibc's
+posix_spawn never copies the page tables: docs/api.md), and a pipe named
+anywhere else than the known lines stays a real pipe.
 """
 from __future__ import annotations
 
 import _posixsubprocess
 import dis
+import io
 import operator
 import os
 import subprocess
@@ -24,21 +35,33 @@ import sys
 import sysconfig
 from typing import Any, Callable, NamedTuple
 
+from .._startup.standin import FORK_EXEC_HOMES
 from .wrapping import innermost
 
 __all__ = [
-    "POPEN_PREEXEC_FN_POSITION",
+    "FORK_EXEC_HOMES",
+    "POSIX_SPAWN_FLAG",
     "POSIX_SPAWN_PATH_NUL",
+    "VFORK_FLAG",
     "ForkExecCall",
     "Internals",
+    "PosixSpawn",
     "UnsupportedPython",
     "c_int",
     "current",
+    "errpipe_calls",
     "fork_exec_forks",
+    "fork_exec_places",
+    "fork_exec_positions",
     "require",
     "unpack_fork_exec",
     "use_vfork_flag",
 ]
+
+#: subprocess's flags that _execute_child reads: fork_exec's allow_vfork
+#: (3.10.5-3.13; 3.14 dropped both) and the posix_spawn shortcut's switch.
+VFORK_FLAG = "_USE_VFORK"
+POSIX_SPAWN_FLAG = "_USE_POSIX_SPAWN"
 
 
 class UnsupportedPython(RuntimeError):
@@ -95,9 +118,61 @@ _CALLER_21 = (
     "gid", "gids", "uid", "umask", "preexec_fn",
 )
 _CALLER_23 = (
-    _CALLER_21[:20] + ("process_group",) + _CALLER_21[20:] + ("_USE_VFORK",)
+    _CALLER_21[:20] + ("process_group",) + _CALLER_21[20:] + (VFORK_FLAG,)
 )
 _CALLER_22 = _CALLER_23[:-1]
+
+
+# Popen._posix_spawn's parameters after self, as _execute_child passes them;
+# 3.13 added close_fds.
+_POSIX_SPAWN_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
+_POSIX_SPAWN_39 = ("args", "executable", "env", "restore_signals", *_POSIX_SPAWN_FDS)
+_POSIX_SPAWN_313 = ("args", "executable", "env", "restore_signals", "close_fds",
+                    *_POSIX_SPAWN_FDS)
+
+#: The four calls of _execute_child's error pipe, as CPython writes them, each
+#: with the ``os`` function it calls (``dropin/execute_child.py`` replaces that).
+ERRPIPE_CALLS = (
+    ("errpipe_read, errpipe_write = os.pipe()", "pipe"),
+    ("os.close(errpipe_write)", "close"),
+    ("os.read(errpipe_read, ", "read"),
+    ("os.close(errpipe_read)", "close"),
+)
+#: Every statement of _execute_child that names errpipe_read or errpipe_write,
+#: but its fork_exec call, once each (3.9-3.15): a pipe kept in memory is a
+#: number no system call takes, so one more statement that hands it to ``os``
+#: would fail every spawn (EBADF).
+ERRPIPE_LINES = (
+    "errpipe_read, errpipe_write = os.pipe()",
+    "while errpipe_write < 3:",
+    "low_fds_to_close.append(errpipe_write)",
+    "errpipe_write = os.dup(errpipe_write)",
+    "fds_to_keep.add(errpipe_write)",
+    "os.close(errpipe_write)",
+    "part = os.read(errpipe_read, 50000)",
+    "os.close(errpipe_read)",
+)
+_ERRPIPE_NAMES = ("errpipe_read", "errpipe_write")
+
+
+class PosixSpawn(NamedTuple):
+    """``Popen._posix_spawn`` of the running CPython, as :func:`require` found it."""
+
+    #: CPython's own, below any wrapper (RDMASPAWN's start-up stand-in, say).
+    function: Callable[..., Any]
+    #: Its parameters after self, in order.
+    params: tuple[str, ...]
+    #: Their defaults, by name.
+    defaults: dict[str, Any]
+    #: Where each sits in _execute_child's positional call (self not counted).
+    at: dict[str, int]
+    #: Where the six fds sit in it (p2cread, p2cwrite, c2pread, c2pwrite,
+    #: errread, errwrite).
+    fds: tuple[int, ...]
+    #: The same for csrc/python/posix_spawn.c, a byte each: the call's length,
+    #: then args, executable, env, restore_signals, close_fds (0xff: not a
+    #: parameter before 3.13) and the six fds.
+    positions: bytes
 
 
 class Internals(NamedTuple):
@@ -107,6 +182,8 @@ class Internals(NamedTuple):
     params: tuple[str, ...]
     #: What _execute_child loads to call fork_exec (see _CALLER_21).
     caller: tuple[str, ...]
+    #: Popen._posix_spawn's parameters after self (_POSIX_SPAWN_39).
+    posix_spawn_params: tuple[str, ...]
     #: Whether fork_exec can vfork() (3.10+); 3.9 always forks. Kept here: it
     #: came with 3.10.0, and nothing Python can see tells 3.9 from 3.10.0-3.10.4
     #: (subprocess._USE_VFORK came with 3.10.5 and left with 3.14, which still
@@ -147,15 +224,26 @@ class Internals(NamedTuple):
     #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
     #: (3.9-3.12; its code names environ); 3.13 passes None through.
     posix_spawn_environ: bool = False
+    #: Popen._posix_spawn, where it is the one the table knows and
+    #: _execute_child takes it where _USE_POSIX_SPAWN says; else None, and
+    #: CPython's own runs (glibc's posix_spawn: no fork, so safe).
+    posix_spawn: PosixSpawn | None = None
+    #: Why posix_spawn is None ("" where it is not).
+    posix_spawn_differs: str = ""
+    #: Where Popen() takes preexec_fn positionally (after args, bufsize,
+    #: executable and the three standard streams), from its code object.
+    preexec_fn_position: int = -1
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
 POSIX_SPAWN_PATH_NUL = "posix_spawn: embedded null character in path"
-_V39 = Internals(params=_PARAMS_21, caller=_CALLER_21, can_vfork=False, mp_default="fork")
+_V39 = Internals(params=_PARAMS_21, caller=_CALLER_21, posix_spawn_params=_POSIX_SPAWN_39,
+                 can_vfork=False, mp_default="fork")
 _V311 = _V39._replace(params=_PARAMS_23, caller=_CALLER_23, can_vfork=True)
+_V313 = _V311._replace(posix_spawn_params=_POSIX_SPAWN_313)
 # 3.14: fork_exec lost allow_vfork (22 arguments), subprocess lost _USE_VFORK;
 # multiprocessing defaults to forkserver.
-_V314 = _V311._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
+_V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
 
 #: Keyed by sys.version_info[:2]: what changed with a minor release only and
 #: cannot be looked up (the signatures; can_vfork and mp_default, see above).
@@ -169,7 +257,7 @@ TABLE: dict[tuple[int, int], Internals] = {
     (3, 10): _V39._replace(can_vfork=True),
     (3, 11): _V311,
     (3, 12): _V311,
-    (3, 13): _V311,
+    (3, 13): _V313,
     (3, 14): _V314,
     (3, 15): _V314,
 }
@@ -219,37 +307,90 @@ def _looked_up(internals: Internals) -> Internals:
     fork_exec and Popen methods in place."""
     popen: Any = subprocess.Popen
     parser = _fork_exec_parser(len(internals.params))
+    execute_child = popen._execute_child
+    posix_spawn, differs = _posix_spawn(popen, internals.posix_spawn_params)
+    init_names = innermost(popen.__init__).__code__.co_varnames
     return internals._replace(
-        home=(("subprocess", "_fork_exec") if hasattr(subprocess, "_fork_exec")
-              else ("_posixsubprocess", "fork_exec")),
-        chdir_tag=(b"noexec:chdir" if "noexec:chdir" in popen._execute_child.__code__.co_consts
+        home=_home(execute_child),
+        chdir_tag=(b"noexec:chdir" if "noexec:chdir" in execute_child.__code__.co_consts
                    else b"noexec"),
         posix_spawn_str_nul=_posix_spawn_str_nul(),
         get_handles_cleans_up=hasattr(popen, "_on_error_fd_closer"),
         int_parser=parser,
         wrong_count=_WORDINGS[parser][0] if parser else "",
         too_many_groups=_WORDINGS[parser][1] if parser else "",
-        # CPython's own, below a stand-in (standin.py) that may still be there.
-        posix_spawn_environ="environ" in innermost(popen._posix_spawn).__code__.co_names,
+        posix_spawn_environ=(posix_spawn is not None
+                             and "environ" in posix_spawn.function.__code__.co_names),
+        posix_spawn=posix_spawn,
+        posix_spawn_differs=differs,
+        # Its parameters come first in co_varnames, self the first of them
+        # (not inspect, which start-up does without); -1 where it has none.
+        preexec_fn_position=(init_names.index("preexec_fn") - 1 if "preexec_fn" in init_names
+                             else -1),
     )
 
 
-#: Where Popen() takes preexec_fn positionally (after args, bufsize, executable
-#: and the three standard streams), read from the running CPython's code
-#: object (its parameters come first in co_varnames, self the first of them;
-#: not inspect, which start-up does without).
-POPEN_PREEXEC_FN_POSITION = subprocess.Popen.__init__.__code__.co_varnames.index("preexec_fn") - 1
+def _home(execute_child: Callable[..., Any]) -> tuple[str, str]:
+    """The place of :data:`FORK_EXEC_HOMES` through which ``execute_child``
+    calls fork_exec (3.9-3.10: the C module's own; 3.11+ subprocess's alias,
+    bound at its import); where it names none, the last that exists (its
+    call is then refused by _check)."""
+    found = [home for home in FORK_EXEC_HOMES
+             if hasattr(sys.modules.get(home[0]), home[1])]
+    for home in reversed(found):  # the alias first: 3.11+ has both
+        if _caller_loads(execute_child, home) is not None:
+            return home
+    return found[-1]
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None, str]:
+    """Popen._posix_spawn where it takes the parameters ``known`` and
+    _execute_child reaches it through _USE_POSIX_SPAWN; else None, and why."""
+    function = innermost(getattr(popen, "_posix_spawn", None))
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None, "subprocess.Popen has no _posix_spawn written in Python"
+    params = code.co_varnames[1:code.co_argcount]
+    if (params != known or code.co_kwonlyargcount
+            or code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS)):
+        taken = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+        return None, (f"subprocess.Popen._posix_spawn takes ({', '.join(taken)}) where "
+                      f"rdmaspawn knows ({', '.join(known)})")
+    called = popen._execute_child.__code__.co_names
+    if POSIX_SPAWN_FLAG not in called or "_posix_spawn" not in called:
+        return None, (f"subprocess.Popen._execute_child does not take _posix_spawn "
+                      f"where {POSIX_SPAWN_FLAG} says")
+    at = {name: i for i, name in enumerate(params)}
+    fds = tuple(at[name] for name in _POSIX_SPAWN_FDS)
+    positions = bytes((len(params), at["args"], at["executable"], at["env"],
+                       at["restore_signals"], at.get("close_fds", 0xFF), *fds))
+    defaults = dict(zip(reversed(params), reversed(function.__defaults__ or ())))
+    return PosixSpawn(function, params, defaults, at, fds, positions), ""
+
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
           "LOAD_NAME", "LOAD_FAST_BORROW", "LOAD_FAST_BORROW_LOAD_FAST_BORROW")
 
 
-def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str, ...] | None:
+def _caller_loads(func: Callable[..., Any], home: tuple[str, str]
+                  ) -> tuple[tuple[str, ...], int] | None:
     """The names ``func`` loads between naming fork_exec and calling it (from
     its last naming before the call: the method patch() puts in place also
-    names it earlier, for its error pipe)."""
-    module, attr = home
-    name = attr if module == "subprocess" else "fork_exec"
+    names it earlier, for its error pipe), and the call's argument count (a
+    constant passed is no name); None where it makes no such call."""
+    key = (func.__code__, home)
+    if key not in _scanned:  # the gate asks twice: _home(), then _check()
+        _scanned[key] = _scan(func, home[1])
+    return _scanned[key]
+
+
+_scanned: dict[tuple[Any, tuple[str, str]], tuple[tuple[str, ...], int] | None] = {}
+
+
+def _scan(func: Callable[..., Any], name: str) -> tuple[tuple[str, ...], int] | None:
     names: list[str] | None = None
     for ins in dis.get_instructions(func):
         if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
@@ -258,16 +399,32 @@ def _caller_loads(func: Callable[..., Any], home: tuple[str, str]) -> tuple[str,
         if names is None:
             continue
         if ins.opname.startswith("CALL") and (ins.arg or 0) >= len(_PARAMS_21) - 1:
-            return tuple(names)
+            return tuple(names), ins.arg or 0
         if ins.opname in _LOADS:
             value = ins.argval
             names.extend(value if isinstance(value, tuple) else [value])
     return None
 
 
+def _unlike(call: tuple[tuple[str, ...], int] | None, internals: Internals) -> str:
+    """How _execute_child's fork_exec call differs from the one known, in
+    words; "" where it does not."""
+    if call is None:
+        return "it makes no call of fork_exec"
+    loads, count = call
+    known = internals.caller
+    if loads == known and count == len(internals.params):
+        return ""
+    if loads == known:
+        return f"it passes {count} arguments, not {len(internals.params)}"
+    missing = [name for name in known if name not in loads]
+    extra = [name for name in loads if name not in known]
+    said = [f"it does not pass {', '.join(missing)}"] if missing else []
+    said += [f"it also passes {', '.join(extra)}"] if extra else []
+    return "; ".join(said) or f"it passes ({', '.join(loads)}) in another order"
+
+
 def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
-    internals = TABLE.get(version)
-    internals = None if internals is None else _looked_up(internals)
     shown = f"CPython {version[0]}.{version[1]}"
     if free_threaded:
         # Not known to be safe: the C environment copy for env=None relies on
@@ -275,25 +432,40 @@ def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
         raise UnsupportedPython(
             f"rdmaspawn does not support free-threaded {shown}t: rdmaspawn.Popen and "
             "rdmaspawn.patch() are unavailable; use CPython's default (GIL) build")
-    if internals is None:
+    known = TABLE.get(version)
+    if known is None:
         raise UnsupportedPython(
             f"rdmaspawn does not know the subprocess internals of {shown} "
             f"(it knows {min(TABLE)[0]}.{min(TABLE)[1]}-{max(TABLE)[0]}.{max(TABLE)[1]}): "
             "rdmaspawn.Popen and rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works. "
             "Upgrade rdmaspawn (pip install -U rdmaspawn), or run a CPython it knows")
+    unavailable = ("rdmaspawn.Popen and rdmaspawn.patch() are unavailable; "
+                   "rdmaspawn.spawn() works. Upgrade rdmaspawn (pip install -U rdmaspawn)")
+    try:
+        internals = _looked_up(known)
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
+        # A subprocess changed past what the lookups can read: refused, not raised.
+        raise UnsupportedPython(
+            f"{shown}'s subprocess is not the one rdmaspawn knows ({type(exc).__name__}: "
+            f"{exc}): {unavailable}") from None
     if not internals.int_parser:
         raise UnsupportedPython(
             f"{shown}'s _posixsubprocess.fork_exec parses its arguments in a way rdmaspawn "
-            "does not know: rdmaspawn.Popen and rdmaspawn.patch() are unavailable; "
-            "rdmaspawn.spawn() works. Upgrade rdmaspawn (pip install -U rdmaspawn)")
-    loads = _caller_loads(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
-                          internals.home)
-    if loads != internals.caller:
+            f"does not know: {unavailable}")
+    if internals.preexec_fn_position < 0:
+        raise UnsupportedPython(f"{shown}'s subprocess.Popen takes no preexec_fn: {unavailable}")
+    module, attr = internals.home
+    unlike = _unlike(_caller_loads(subprocess.Popen._execute_child,  # type: ignore[attr-defined]
+                                   internals.home), internals)
+    if not unlike and module != "subprocess" and (
+            getattr(subprocess, module, None) is not sys.modules[module]):
+        # _execute_child reaches fork_exec through subprocess's global of that
+        # name: the module patch() changes, or the call would bypass it.
+        unlike = f"subprocess's {module} is not the module {module}"
+    if unlike:
         raise UnsupportedPython(
-            f"{shown}'s subprocess.Popen._execute_child does not call fork_exec the way "
-            f"rdmaspawn knows for {shown} (it passes {loads}): rdmaspawn.Popen and "
-            "rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works. "
-            "Upgrade rdmaspawn (pip install -U rdmaspawn)")
+            f"{shown}'s subprocess.Popen._execute_child does not call fork_exec "
+            f"({module}.{attr}) the way rdmaspawn knows for {shown}: {unlike}: {unavailable}")
     return internals
 
 
@@ -322,6 +494,73 @@ def current() -> Internals | None:
         return require()
     except UnsupportedPython:
         return None
+
+
+def fork_exec_places() -> list[tuple[Any, str]]:
+    """Each place of :data:`FORK_EXEC_HOMES` that this process has, as
+    ``(module, attribute)``: what the guard wraps (every one, known CPython
+    or not: wrapping one that is never called costs nothing)."""
+    return [(sys.modules[module], attr) for module, attr in FORK_EXEC_HOMES
+            if hasattr(sys.modules.get(module), attr)]
+
+
+def fork_exec_positions(names: tuple[str, ...]) -> tuple[int, ...]:
+    """Where each of ``names`` (csrc/python/fork_exec.c's order) sits in this
+    CPython's fork_exec call; -1 for one it does not pass."""
+    params = require().params
+    return tuple(params.index(name) if name in params else -1 for name in names)
+
+
+def _statements(source: str) -> list[tuple[str, set[str]]] | None:
+    """Each statement of ``source``: its text (the single line, comments left
+    out; "" for one that spans lines) and the names it uses; None where it
+    does not tokenize."""
+    import tokenize  # here: only the first spawn that recompiles the method reads it
+
+    lines = source.splitlines()
+    out: list[tuple[str, set[str]]] = []
+    part: list[tokenize.TokenInfo] = []
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (SyntaxError, tokenize.TokenError):
+        return None
+    for tok in tokens:
+        if tok.type in skip:
+            continue
+        if tok.type != tokenize.NEWLINE:
+            part.append(tok)
+            continue
+        first, last = part[0], part[-1]
+        one_line = first.start[0] == last.end[0]
+        text = lines[first.start[0] - 1][first.start[1]:last.end[1]] if one_line else ""
+        out.append((text, {t.string for t in part if t.type == tokenize.NAME}))
+        part = []
+    return out
+
+
+def errpipe_calls(source: str) -> tuple[tuple[str, str], ...] | None:
+    """The gate of :data:`ERRPIPE_CALLS`: those calls, where ``source`` (this
+    CPython's ``_execute_child``, as dropin/execute_child.py reads it) makes
+    each once and names errpipe_read and errpipe_write in no statement but
+    :data:`ERRPIPE_LINES` (once each) and its one fork_exec call; else None,
+    and the pipe stays a real one."""
+    internals = current()
+    if internals is None:
+        return None
+    if any(source.count(old) != 1 for old, _ in ERRPIPE_CALLS):
+        return None
+    statements = _statements(source)
+    if statements is None:
+        return None
+    naming = [(text, names) for text, names in statements
+              if not names.isdisjoint(_ERRPIPE_NAMES)]
+    calls = [names for text, names in naming if internals.home[1] in names]
+    rest = sorted(text for text, names in naming if internals.home[1] not in names)
+    if len(calls) != 1 or rest != sorted(ERRPIPE_LINES):
+        return None
+    return ERRPIPE_CALLS
 
 
 def unpack_fork_exec(args: tuple[Any, ...]) -> ForkExecCall:
@@ -363,7 +602,7 @@ def use_vfork_flag() -> bool:
     internals = current()
     if internals is not None and "allow_vfork" not in internals.params:
         return True
-    return bool(getattr(subprocess, "_USE_VFORK", True))
+    return bool(getattr(subprocess, VFORK_FLAG, True))
 
 
 _INT_MAX = 0x7FFFFFFF

@@ -11,9 +11,11 @@ runs it with its own globals, and CPython's Popen under ``patch()`` with
 subprocess's.
 
 It is used only where that is certain: the source on disk, compiled
-unchanged, must give exactly the method's own code, and each of the four
-calls must appear once. Otherwise (no source file, a CPython that reads its
-pipe some other way) :func:`code` returns None and the method stays
+unchanged, must give exactly the method's own code, and ``dropin.cpython``'s
+gate of the pipe's lines (``errpipe_calls()``) must pass: each of the four
+calls once, and the pipe named in no other statement than those it knows.
+Otherwise (no source file, a CPython that reads its pipe some other way, or
+hands it to one more call) :func:`code` returns None and the method stays
 CPython's, with a real pipe. Reading and compiling twice cost about 6 ms on
 the development VM (3.12), once per process and not before the first spawn
 that needs it (rdmaspawn.Popen's) or ``patch()``.
@@ -33,16 +35,14 @@ __all__ = ["NAMES", "code", "method"]
 NAMES = ("_rdmaspawn_errpipe_pipe", "_rdmaspawn_errpipe_read", "_rdmaspawn_errpipe_close")
 
 
-def _changes(fork_exec: str) -> tuple[tuple[str, str], ...]:
-    """Each call, as CPython writes it, and what it becomes; ``fork_exec`` is
-    the expression through which the method calls fork_exec."""
-    return (
-        ("errpipe_read, errpipe_write = os.pipe()",
-         f"errpipe_read, errpipe_write = {NAMES[0]}({fork_exec})"),
-        ("os.close(errpipe_write)", f"{NAMES[2]}(errpipe_write)"),
-        ("os.read(errpipe_read, ", f"{NAMES[1]}(errpipe_read, "),
-        ("os.close(errpipe_read)", f"{NAMES[2]}(errpipe_read)"),
-    )
+def _changed(old: str, call: str, fork_exec: str) -> str:
+    """``old``, one of the pipe's calls (``dropin.cpython.ERRPIPE_CALLS``),
+    calling :data:`NAMES`' instead of ``os.<call>``; the pipe is given
+    ``fork_exec``, the expression through which the method calls it."""
+    name = NAMES[("pipe", "read", "close").index(call)]
+    if call == "pipe":
+        return old.replace("os.pipe()", f"{name}({fork_exec})")
+    return old.replace(f"os.{call}(", f"{name}(")
 
 
 #: code()'s answers, by the id of the code they were made from (code objects
@@ -118,13 +118,13 @@ def _recompiled(func: Callable[..., Any]) -> types.CodeType | None:
     source = _method_source(func)
     if internals is None or source is None or _compiled(source, original) != original:
         return None
+    calls = _cpython.errpipe_calls(source)
+    if calls is None:
+        return None
     module, attr = internals.home
-    changes = _changes(attr if module == func.__module__ else f"{module}.{attr}")
-    for old, _new in changes:
-        if source.count(old) != 1:
-            return None
-    for old, new in changes:
-        source = source.replace(old, new)
+    fork_exec = attr if module == func.__module__ else f"{module}.{attr}"
+    for old, call in calls:
+        source = source.replace(old, _changed(old, call, fork_exec))
     return _compiled(source, original)
 
 

@@ -194,9 +194,8 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
             # Cannot happen in a consistent build (tests/test_forkexec.py).
             raise RuntimeError(f"csrc/python/fork_exec.c's parameters {names} are not "
                                f"ForkExecCall's {_cpython.ForkExecCall._fields}")
-        positions = tuple(internals.params.index(name) if name in internals.params else -1
-                          for name in names)
-        return _capi.fork_exec_new(fallback, _fork_exec_python, positions,
+        return _capi.fork_exec_new(fallback, _fork_exec_python,
+                                   _cpython.fork_exec_positions(names),
                                    internals.chdir_tag, _errpipe.write, _errpipe.FIRST_FD)
 
     def fork_exec(*args: Any) -> int:

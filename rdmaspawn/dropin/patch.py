@@ -77,7 +77,8 @@ def patch(start_method: str | None = None) -> None:
         if home == "subprocess":  # 3.11+ calls its own alias, bound at import
             sub_fork_exec = _forkexec.make_fork_exec(getattr(subprocess, attr))
             _swap(done, subprocess, attr, sub_fork_exec)
-        _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
+        if _cpython.require().posix_spawn is not None:  # else CPython's own: no fork
+            _swap(done, subprocess.Popen, "_posix_spawn", _posixspawn.posix_spawn_method)
         # Its _execute_child with the error pipe in memory where its
         # fork_exec is ours (dropin/execute_child.py), if it can be made.
         cpython_method = subprocess.Popen._execute_child  # type: ignore[attr-defined]

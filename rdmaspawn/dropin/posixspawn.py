@@ -7,13 +7,17 @@ own rules: the environment comes from ``os.environ`` (3.9-3.12), and every
 failure, in the child or not, is an ``OSError`` naming the executable. This
 replacement starts the child with the engine and keeps those rules, so that
 each request behaves as it does in CPython on the path CPython would take.
+Its parameters, by name and position, are ``dropin.cpython``'s
+(``Internals.posix_spawn``); where the running CPython's ``_posix_spawn`` is
+not the one known, CPython's own runs (glibc's posix_spawn, which never
+copies the page tables).
 """
 from __future__ import annotations
 
 import os
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from .._native import capi as _capi
 from .._native import engine as _engine
@@ -24,61 +28,47 @@ from . import wrapping as _wrapping
 
 __all__ = ["posix_spawn_method"]
 
-# The running CPython's parameters of _posix_spawn (they differ by version:
-# 3.13 added close_fds), read from its code object: inspect.signature()
-# would import inspect, ~15 ms of every interpreter's start-up under RDMASPAWN.
-# CPython's own, below any wrapper (RDMASPAWN's start-up stand-in, say).
-_CPYTHON = _wrapping.innermost(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
-_PARAMETERS: tuple[str, ...] = _CPYTHON.__code__.co_varnames[:_CPYTHON.__code__.co_argcount]
-_DEFAULTS: dict[str, Any] = dict(zip(reversed(_PARAMETERS), reversed(_CPYTHON.__defaults__ or ())))
-
-
-def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _bind(spawn: _cpython.PosixSpawn, args: tuple[Any, ...], kwargs: dict[str, Any]
+          ) -> dict[str, Any]:
     """The call's arguments by parameter name, as CPython's function would take them."""
-    if not kwargs and len(args) == len(_PARAMETERS):  # how _execute_child calls it
-        return dict(zip(_PARAMETERS, args))
-    if len(args) > len(_PARAMETERS):
-        raise TypeError(f"_posix_spawn() takes {len(_PARAMETERS)} positional arguments "
-                        f"but {len(args)} were given")
-    bound = dict(zip(_PARAMETERS, args))
+    params = spawn.params
+    if not kwargs and len(args) == len(params):  # how _execute_child calls it
+        return dict(zip(params, args))
+    if len(args) > len(params):
+        raise TypeError(f"_posix_spawn() takes {len(params) + 1} positional arguments "
+                        f"but {len(args) + 1} were given")
+    bound = dict(zip(params, args))
     for name, value in kwargs.items():
-        if name not in _PARAMETERS or name in bound:
+        if name not in params or name in bound:
             raise TypeError(f"_posix_spawn() got an unexpected or repeated argument {name!r}")
         bound[name] = value
-    for name in _PARAMETERS:
+    for name in params:
         if name not in bound:
-            if name not in _DEFAULTS:
+            if name not in spawn.defaults:
                 raise TypeError(f"_posix_spawn() missing required argument {name!r}")
-            bound[name] = _DEFAULTS[name]
+            bound[name] = spawn.defaults[name]
     return bound
-
-
-# Where each parameter sits in CPython's positional call (self not counted),
-# for the plain case below.
-_AT = {name: i - 1 for i, name in enumerate(_PARAMETERS)}
-_FD_PARAMS = tuple(_AT[name] for name in ("p2cread", "p2cwrite", "c2pread", "c2pwrite",
-                                           "errread", "errwrite"))
-# The same for csrc/python/posix_spawn.c, a byte each: the call's length, then
-# args, executable, env, restore_signals, close_fds (0xff: not a parameter
-# before 3.13) and the six fds.
-_POSITIONS = bytes((len(_PARAMETERS) - 1, _AT["args"], _AT["executable"], _AT["env"],
-                    _AT["restore_signals"], _AT.get("close_fds", 0xFF), *_FD_PARAMS))
 
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
     internals = _cpython.require()
+    spawn = internals.posix_spawn
+    if spawn is None:  # not the _posix_spawn rdmaspawn knows: CPython's own
+        spawn_cpython: Callable[..., None] = _wrapping.innermost(
+            subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+        return spawn_cpython(self, *args, **kwargs)
     if not kwargs and not internals.posix_spawn_environ:
         # Popen(argv) on 3.13+: what the general path below does, without its
         # conversions, where the call is plain (env None, no fds, str or bytes
         # strings that pass posix_spawn's checks); any other goes on below.
-        pid = _capi.spawn_posix_plain(args, _POSITIONS)
+        pid = _capi.spawn_posix_plain(args, spawn.positions)
         if pid is not None:
             self.pid = pid
             self._child_created = True
             self._close_pipe_fds(-1, -1, -1, -1, -1, -1)
             return
-    a = _bind((self, *args), kwargs)
+    a = _bind(spawn, args, kwargs)
     env: Mapping[Any, Any] | None = a["env"]
     if env is None and internals.posix_spawn_environ:
         env = os.environ

@@ -21,7 +21,6 @@ _POPEN_KWARGS = {
     "ignore_signals": "ignore_signals", "default_signals": "default_signals",
     "signal_mask": "signal_mask", "cgroup": "cgroup", "controlling_tty": "ctty",
 }
-_PREEXEC_FN_POSITION = _cpython.POPEN_PREEXEC_FN_POSITION
 
 #: The keywords :func:`setup_kwargs_to_preexec_fn` folds: a Popen given none
 #: of them need not call it.
@@ -44,8 +43,9 @@ def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
     if not fields:
         return args, kwargs
     setup = build(**fields, privileged_first=True)
-    positional = len(args) > _PREEXEC_FN_POSITION
-    user = args[_PREEXEC_FN_POSITION] if positional else kwargs.get("preexec_fn")
+    at = _cpython.require().preexec_fn_position
+    positional = len(args) > at
+    user = args[at] if positional else kwargs.get("preexec_fn")
     if user is None:
         combined: Any = setup
     elif isinstance(user, ChildSetup):
@@ -53,7 +53,7 @@ def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]
     else:
         combined = Chain((user, setup))
     if positional:
-        args = args[:_PREEXEC_FN_POSITION] + (combined,) + args[_PREEXEC_FN_POSITION + 1:]
+        args = args[:at] + (combined,) + args[at + 1:]
     else:
         kwargs["preexec_fn"] = combined
     return args, kwargs

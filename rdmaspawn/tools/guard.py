@@ -316,18 +316,14 @@ _FORKS: "list[_Target]" = [
 
 def _exec_targets() -> "list[_Target]":
     """fork_exec's names: imports subprocess (see guard())."""
-    import _posixsubprocess
-    import subprocess
+    import subprocess  # noqa: F401  # its alias of fork_exec is one of the places
 
     from ..dropin import cpython as _cpython
 
-    out: list[_Target] = [
-        (_posixsubprocess, "fork_exec", _wrap_fork_exec, "subprocess (fork_exec)")]
-    internals = _cpython.current()
-    home, attr = internals.home if internals else ("subprocess", "_fork_exec")
-    if home == "subprocess" and hasattr(subprocess, attr):  # 3.11+: Popen's own alias
-        out.append((subprocess, attr, _wrap_fork_exec, "subprocess.Popen"))
-    return out
+    return [(owner, attr, _wrap_fork_exec,
+             "subprocess (fork_exec)" if owner.__name__ == "_posixsubprocess"
+             else "subprocess.Popen")
+            for owner, attr in _cpython.fork_exec_places()]
 
 
 def guard(action: str = "warn") -> None:
