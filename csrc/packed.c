@@ -1,13 +1,8 @@
 /*
- * rs_spawn_packed(): the Python binding's way in.
- *
- * Building struct rs_request from Python costs a cffi attribute store per
- * field and a call per string array: on the hot path, most of the binding's
- * overhead. Here the parent (malloc is fine: this is not the child)
- * turns the flat arguments into the request and calls rs_spawn().
+ * rs_spawn_packed(): the binding's way in, called by csrc/python/convert.c
+ * once it has converted a request: the flat arguments as struct rs_request,
+ * then rs_spawn().
  */
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "rdmaspawn.h"
@@ -22,9 +17,7 @@ void rs_request_flags(struct rs_request *r, int flags)
     r->force_clone = !!(flags & RS_F_FORCE_CLONE);
 }
 
-int rs_spawn_packed(const char *argv_blob, int argc,
-                    const char *exec_blob, int nexec,
-                    const char *env_blob, int nenv, char *const *envp,
+int rs_spawn_packed(char *const *argv, char *const *exec_list, char *const *envp,
                     const char *cwd,
                     const int *keep_fds, int n_keep_fds,
                     const int *close_first, int n_close_first,
@@ -35,27 +28,11 @@ int rs_spawn_packed(const char *argv_blob, int argc,
                     struct rs_result *res, const struct rs_setup *setup)
 {
     struct rs_request r;
-    size_t slots = (size_t)argc + 1 + (size_t)nexec + 1 + (nenv >= 0 ? (size_t)nenv + 1 : 0);
-    char **ptrs = malloc(slots * sizeof *ptrs);
 
-    if (!ptrs) {
-        memset(res, 0, sizeof *res);
-        res->pid = res->pidfd = -1;
-        res->err = ENOMEM;
-        res->step = RS_STEP_PREPARE;
-        return ENOMEM;
-    }
     memset(&r, 0, sizeof r);
-    rs_split_blob(argv_blob, argc, ptrs);
-    r.argv = ptrs;
-    rs_split_blob(exec_blob, nexec, ptrs + argc + 1);
-    r.exec_list = ptrs + argc + 1;
-    if (nenv >= 0) {
-        rs_split_blob(env_blob, nenv, ptrs + argc + 1 + nexec + 1);
-        r.envp = ptrs + argc + 1 + nexec + 1;
-    } else {
-        r.envp = envp;
-    }
+    r.argv = argv;
+    r.exec_list = exec_list;
+    r.envp = envp;
     r.cwd = cwd;
     r.keep_fds = keep_fds;
     r.n_keep_fds = n_keep_fds;
@@ -66,8 +43,8 @@ int rs_spawn_packed(const char *argv_blob, int argc,
     r.stderr_fd = stderr_fd;
     rs_request_flags(&r, flags);
     r.close_method = close_method;
-    r.umask = umask;
-    r.pgid = pgid;
+    r.umask = umask >= 0 ? umask : -1;
+    r.pgid = pgid >= 0 ? pgid : -1;
     if (ngroups >= 0) {
         r.set_groups = 1;
         r.groups = groups;
@@ -83,8 +60,5 @@ int rs_spawn_packed(const char *argv_blob, int argc,
     }
     r.fail_status = fail_status;
     r.setup = setup;
-
-    int rc = rs_spawn(&r, res);
-    free(ptrs);
-    return rc;
+    return rs_spawn(&r, res);
 }

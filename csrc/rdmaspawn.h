@@ -217,15 +217,12 @@ enum rs_flags {
 };
 
 /*
- * rs_spawn() with the request as flat arguments, for the Python binding: one
- * call (one GIL release) and no struct built field by field. String lists
- * are blobs of n NUL-terminated strings back to back; nenv < 0 hands the
- * child envp instead (a NULL-terminated array: the binding's copy of
- * environ's), ngroups < 0 leaves the groups, gid/uid < 0 leave the ids.
+ * rs_spawn() with the request as flat arguments: the binding's one way in,
+ * which csrc/python/convert.c calls with what it converted. The string
+ * lists are NULL-terminated arrays; ngroups < 0 leaves the groups, gid/uid
+ * < 0 leave the ids, umask and pgid < 0 leave those.
  */
-int rs_spawn_packed(const char *argv_blob, int argc,
-                    const char *exec_blob, int nexec,
-                    const char *env_blob, int nenv, char *const *envp,
+int rs_spawn_packed(char *const *argv, char *const *exec_list, char *const *envp,
                     const char *cwd,
                     const int *keep_fds, int n_keep_fds,
                     const int *close_first, int n_close_first,
@@ -290,8 +287,7 @@ int rs_marker_set(int slot, const char *name);
 
 /* cdef-end */
 
-/* packed.c: a request's switches from enum rs_flags (rs_spawn_packed()'s,
- * and csrc/python/spawn_request.c's). */
+/* packed.c: a request's switches from enum rs_flags (rs_spawn_packed()'s). */
 void rs_request_flags(struct rs_request *r, int flags);
 
 /* forkprobe.c: 1 if any mapping of this process other than device memory is

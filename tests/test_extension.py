@@ -24,17 +24,14 @@ TRUE = b"/bin/true"
 def test_the_extension_is_the_cffi_modules_file() -> None:
     module = sys.modules["rdmaspawn._native._capi"]
     assert module.__file__ == _rdmaspawn_cffi.__file__
-    assert capi.spawn_request_plain is module.spawn_request_plain
+    assert capi.spawn_request is module.spawn_request
 
 
 def test_a_spawn_through_the_extension_is_counted_by_the_cffi_module() -> None:
     """rs_spawn_count()'s counter is a static of the engine: a spawn the
     extension makes is seen through cffi only where both are one copy."""
     before = _rdmaspawn_cffi.lib.rs_spawn_count()
-    done = capi.spawn_request_plain(SpawnRequest([TRUE], [TRUE]))
-    assert done is not None
-    pid, pidfd, err, _, _ = done
-    assert err == 0
+    pid, pidfd = capi.spawn_request(SpawnRequest([TRUE], [TRUE]), 0)
     if pidfd >= 0:
         os.close(pidfd)
     assert os.waitpid(pid, 0)[1] == 0

@@ -31,10 +31,12 @@ def test_a_22_argument_call_is_routed_by_name_in_c(monkeypatch):
     process_group=0 makes the child a group leader, on any CPython."""
     from rdmaspawn.dropin import forkexec
 
-    v314 = _cpython._looked_up(_cpython.TABLE[(3, 14)])
+    # The wording is this CPython's fork_exec's, which counts 21 or 23.
+    v314 = _cpython._looked_up(_cpython.TABLE[(3, 14)])._replace(
+        fork_exec_wording=_cpython.require().fork_exec_wording)
     monkeypatch.setattr(_cpython, "_current", v314)
     slow_calls: list = []
-    monkeypatch.setattr(forkexec, "_fork_exec_python",
+    monkeypatch.setattr(forkexec, "_preexec_fn",
                         lambda owner, *args: slow_calls.append(args) or -1)
     c_fork_exec = forkexec.make_fork_exec(lambda *args: -1)
     r, w = os.pipe()
@@ -119,26 +121,25 @@ def test_wrong_argument_count_is_a_type_error():
 
 
 class _Int(int):
-    """An int subclass: not the plain call's exact int."""
+    """An int subclass: converted as fork_exec converts it (PyNumber_Index)."""
 
 
-def test_plain_call_is_started_in_c_and_any_other_in_python(monkeypatch):
-    """The call _execute_child makes for almost every Popen is converted and
-    started by the C fork_exec; a preexec_fn, an id, a PathLike or an int
-    subclass goes to the Python implementation, unchanged, and starts the same
-    child. (A regression here costs the hot path its speed, silently.)"""
+def test_every_call_is_started_in_c_and_only_a_preexec_fn_in_python(monkeypatch):
+    """The C fork_exec converts and starts every call itself, unusual values
+    (a PathLike, an int subclass, an id) included; only a preexec_fn goes to
+    Python. Each starts the child it asks for."""
     import pathlib
 
     from rdmaspawn.dropin import forkexec
 
     seen: list = []
-    python_impl = forkexec._fork_exec_python
+    python_impl = forkexec._preexec_fn
 
     def counting(owner, *args):
         seen.append(args)
         return python_impl(owner, *args)
 
-    monkeypatch.setattr(forkexec, "_fork_exec_python", counting)
+    monkeypatch.setattr(forkexec, "_preexec_fn", counting)
     made = forkexec.make_fork_exec(forkexec._cpython_fork_exec())
     assert type(made).__name__ == "fork_exec" and made.__rdmaspawn__ is True
 
@@ -155,25 +156,20 @@ def test_plain_call_is_started_in_c_and_any_other_in_python(monkeypatch):
             os.close(r)
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
-    plain = [
+    in_c = [
         {},
         {"args": ["true", "é"], "cwd": "/tmp", "env_list": [b"A=1"], "child_umask": 0o22},
         {"cwd": b"/", "call_setsid": True, "close_fds": False, "restore_signals": False},
-        {"fds_to_keep": ()},  # the error pipe not kept: still a plain call
-    ]
-    for named in plain:
-        assert start(**named) == 0, named
-    assert seen == []
-
-    odd = [
+        {"fds_to_keep": ()},
         {"args": [pathlib.Path("/bin/true")]},
-        {"preexec_fn": os.setsid},
-        {"uid": os.getuid()},
+        {"uid": os.getuid(), "gid": os.getgid()},
         {"p2cread": _Int(-1)},
     ]
-    for i, named in enumerate(odd):
+    for named in in_c:
         assert start(**named) == 0, named
-        assert len(seen) == i + 1, named
+    assert seen == []
+    assert start(preexec_fn=os.setsid) == 0
+    assert len(seen) == 1
 
 
 def test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does():

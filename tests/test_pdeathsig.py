@@ -130,6 +130,7 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
         import json
         from rdmaspawn._native import engine as _engine
         from rdmaspawn._native.request import SpawnRequest
+        from rdmaspawn._rdmaspawn_cffi import ffi
         from rdmaspawn._child.model import build
         from rdmaspawn._child.pack import packed
         out = []
@@ -137,7 +138,7 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
             with packed(build(pdeathsig=signal.SIGTERM)) as setup:
                 setup.parent_pid = parent
                 request = SpawnRequest([b"sleep", b"0.2"], [b"/bin/sleep"])
-                pid, _ = _engine.spawn_packed(request, setup)
+                pid, _ = _engine._spawn_request(request, int(ffi.cast("uintptr_t", setup)))
             out.append(describe(os.waitpid(pid, 0)[1]))
         print(json.dumps(out))
     """, "madvise")

@@ -84,7 +84,7 @@ def no_python_plain(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the Python path was taken")
 
-    for name in ("spawn_request", "spawn_packed"):
+    for name in ("spawn_request",):
         monkeypatch.setattr(_engine, name, refuse)
 
 

@@ -1,12 +1,8 @@
-"""The engine's plain request in C (csrc/python/spawn_request.c) against its Python conversion.
+"""The engine's request converted in C (csrc/python/convert.c): the child
+it asks for, and the exception for each bad value, raised before any clone.
 
-``rdmaspawn.spawn()`` hands a request without declarative setup to the C
-conversion, which spawns it where every value is plain and answers None
-otherwise; ``engine.spawn_packed()`` converts the rest in Python. Each
-request below runs both ways (the C one made to decline every request,
-as it declines one that is not plain) and the child's report (the probe:
-argv, cwd, environment, fds, umask, session, group, signals), the
-exception, or the failed child's status must be the same.
+``rdmaspawn.spawn()`` makes a ``SpawnRequest``; ``engine.spawn_request()``
+hands it to the one C conversion, which spawns it or raises.
 """
 
 from __future__ import annotations
@@ -17,7 +13,8 @@ import pathlib
 import signal
 
 import pytest
-from helpers.probe import normalize, probe_path
+from helpers.probe import probe_path
+from helpers.process_state import children
 
 from rdmaspawn._native import capi, engine
 from rdmaspawn._native.request import SpawnRequest
@@ -26,16 +23,12 @@ from rdmaspawn._native.request import SpawnRequest
 PROBE = object()
 
 
-def _decline(request: SpawnRequest) -> None:
-    """The C conversion's answer to a request that is not plain."""
-
-
-def _spawn(in_c: bool, monkeypatch: pytest.MonkeyPatch, **kwargs):
-    """spawn(probe) with stdout to a pipe: the normalized report and the exit status."""
-    if not in_c:
-        monkeypatch.setattr(engine, "_spawn_plain_request", _decline)
+def _spawn(**kwargs):
+    """spawn(probe) with stdout to a pipe: its report and the exit status."""
     argv = kwargs.pop("argv", [PROBE])
-    probe = type(argv)(probe_path() if a is PROBE else a for a in argv)  # a tuple stays one
+    probe = [probe_path() if a is PROBE else a for a in argv]
+    probe = tuple(probe) if isinstance(argv, tuple) else iter(probe) if kwargs.pop(
+        "as_iterator", False) else probe
     r, w = os.pipe()
     try:
         pid, pidfd = engine.spawn(probe, kwargs.pop("exec_list", [probe_path()]),
@@ -43,128 +36,109 @@ def _spawn(in_c: bool, monkeypatch: pytest.MonkeyPatch, **kwargs):
                                   **kwargs)
     finally:
         os.close(w)
-        monkeypatch.undo()
     with os.fdopen(r, "rb") as f:
         out = f.read()
     if pidfd >= 0:
         os.close(pidfd)
-    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return normalize(json.loads(out), os.getpid(), kwargs), status, pidfd >= 0
+    return json.loads(out), os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def test_the_c_conversion_reads_spawnrequests_fields():
-    """The C side's field list is SpawnRequest's, so the C path is in use."""
+    """The C side's field list is SpawnRequest's, in its order."""
     assert capi.spawn_request_fields() == SpawnRequest._fields
-    assert engine._spawn_plain_request is capi.spawn_request_plain
-
-
-def test_a_plain_request_never_reaches_the_python_conversion(monkeypatch):
-    def refuse(*_):
-        raise AssertionError("converted in Python")
-
-    monkeypatch.setattr(engine, "spawn_packed", refuse)
-    pid, pidfd = engine.spawn([b"/bin/true"], ["/bin/true"], env=[b"A=1"], cwd="/",
-                              pass_fds=[0], close_in_child=(-1,), umask=0o22, pgid=0)
-    assert pidfd == -1
-    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-
-
-@pytest.mark.parametrize("request_kwargs", [
-    {"argv": [pathlib.Path("/bin/true")]},     # a PathLike
-    {"argv": iter([b"/bin/true"])},            # not a list or tuple
-    {"env": {"A": "1"}.keys()},                # a view of str
-    {"stdin": True},                           # a bool where an fd goes
-    {"cwd": pathlib.Path("/")},
-    {"groups": []},
-], ids=["pathlike", "iterator", "keys-view", "bool-fd", "pathlike-cwd", "groups"])
-def test_anything_else_is_converted_in_python(monkeypatch, request_kwargs):
-    seen = []
-    real = engine.spawn_packed
-
-    def spy(request, setup_ptr):
-        seen.append(request)
-        return real(request, setup_ptr)
-
-    monkeypatch.setattr(engine, "spawn_packed", spy)
-    kwargs = {"argv": [b"/bin/true"], **request_kwargs}
-    argv = kwargs.pop("argv")
-    try:
-        pid, _ = engine.spawn(argv, ["/bin/true"], **kwargs)
-    except (TypeError, ValueError, OSError):
-        pass  # what Python makes of the value is its own tests'; only the route counts here
-    else:
-        os.waitpid(pid, 0)
-    assert len(seen) == 1
 
 
 CASES = {
-    "plain": {},
-    "str argv and env": {"argv": [PROBE, "é", "x y"], "env": ["A=1", b"B=\xff"]},
-    "tuple argv, empty env": {"argv": (PROBE,), "env": []},
-    "cwd": {"cwd": "/tmp"},
-    "cwd bytes": {"cwd": b"/usr"},
-    "umask": {"umask": 0o077},
-    "setsid": {"setsid": True},
-    "pgid 0": {"pgid": 0},
-    "pass_fds": {"pass_fds": [0]},
-    "no restore_signals": {"restore_signals": False},
-    "no close_fds": {"close_fds": False},
-    "stdin and stderr": {"stdin": 0, "stderr": 1},
-    "pidfd": {"want_pidfd": True},
-    "close methods": {"close_method": "loop"},
-    "clone": {"force_clone": True},
+    "plain": ({}, {}),
+    "str argv and env": ({"argv": [PROBE, "é", "x y"], "env": ["A=1", b"B=\xff"]},
+                         {"env": ["A=1", "B=\xff"]}),
+    "tuple argv, empty env": ({"argv": (PROBE,), "env": []}, {"env": []}),
+    "an iterator": ({"as_iterator": True, "env": iter([b"A=1"])}, {"env": ["A=1"]}),
+    "cwd": ({"cwd": "/tmp"}, {"cwd": "/tmp"}),
+    "cwd bytes": ({"cwd": b"/usr"}, {"cwd": "/usr"}),
+    "cwd PathLike": ({"cwd": pathlib.Path("/")}, {"cwd": "/"}),
+    "umask": ({"umask": 0o077}, {}),
+    "setsid": ({"setsid": True}, {}),
+    "pgid 0": ({"pgid": 0}, {}),
+    "pass_fds": ({"pass_fds": [0]}, {}),
+    "no restore_signals": ({"restore_signals": False}, {}),
+    "no close_fds": ({"close_fds": False}, {}),
+    "stdin and stderr": ({"stdin": 0, "stderr": 1}, {}),
+    "pidfd": ({"want_pidfd": True}, {}),
+    "close methods": ({"close_method": "loop"}, {}),
+    "clone": ({"force_clone": True}, {}),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_the_child_is_the_same_either_way(monkeypatch, name):
+def test_the_child_is_the_one_asked_for(name):
+    kwargs, seen = CASES[name]
     old = signal.signal(signal.SIGUSR2, lambda *a: None)
     try:
-        in_c = _spawn(True, monkeypatch, **dict(CASES[name]))
-        in_python = _spawn(False, monkeypatch, **dict(CASES[name]))
+        report, status = _spawn(**dict(kwargs))
     finally:
         signal.signal(signal.SIGUSR2, old)
-    assert in_c == in_python
-    assert in_c[1] == 0
-
-
-def _failure(in_c: bool, monkeypatch: pytest.MonkeyPatch, argv, exec_list, **kwargs):
-    if not in_c:
-        monkeypatch.setattr(engine, "_spawn_plain_request", _decline)
-    try:
-        with pytest.raises(BaseException) as info:
-            engine.spawn(argv, exec_list, **kwargs)
-    finally:
-        monkeypatch.undo()
-    e = info.value
-    status = None
-    pid = getattr(e, "pid", None)
-    if pid is not None:
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        pid = "a pid"
-    return (type(e), e.args, getattr(e, "filename", None), getattr(e, "step", None),
-            getattr(e, "in_setup", None), pid, status)
+    assert status == 0
+    for key, value in seen.items():
+        assert (sorted(report[key]) if key == "env" else report[key]) == value
 
 
 FAILURES = {
-    "no such file": ([b"x"], [b"/nonexistent"], {}),
-    "second of two": ([b"x"], [b"/nonexistent", b"/etc/passwd"], {}),
-    "a directory": ([b"x"], ["/tmp"], {}),
-    "chdir": ([b"x"], [b"/bin/true"], {"cwd": "/nonexistent"}),
-    "not reaped": ([b"x"], [b"/nonexistent"], {"reap_on_failure": False}),
-    "bad stdin": ([b"x"], [b"/bin/true"], {"stdin": 999}),
-    "fail_status": ([b"x"], [b"/nonexistent"], {"reap_on_failure": False, "fail_status": 3}),
-    "NUL in argv": ([b"a\0b"], [b"/bin/true"], {}),
-    "NUL in cwd": ([b"x"], [b"/bin/true"], {"cwd": "/\0"}),
-    "fd out of range": ([b"x"], [b"/bin/true"], {"stdout": 2**40}),
-    "bad close method": ([b"x"], [b"/bin/true"], {"close_method": "nope"}),
-    "unencodable": (["\udcff\ud800"], [b"/bin/true"], {}),
+    "no such file": ([b"x"], [b"/nonexistent"], {},
+                     ("SpawnError", (2, "No such file or directory"), b"/nonexistent", "execve")),
+    "second of two": ([b"x"], [b"/nonexistent", b"/etc/passwd"], {},
+                      ("SpawnError", (13, "Permission denied"), b"/etc/passwd", "execve")),
+    "a directory": ([b"x"], ["/tmp"], {},
+                    ("SpawnError", (13, "Permission denied"), "/tmp", "execve")),
+    "chdir": ([b"x"], [b"/bin/true"], {"cwd": "/nonexistent"},
+              ("SpawnError", (2, "No such file or directory"), "/nonexistent", "chdir")),
+    "bad stdin": ([b"x"], [b"/bin/true"], {"stdin": 999},
+                  ("SpawnError", (9, "Bad file descriptor"), None, "dup2")),
+    "NUL in argv": ([b"a\0b"], [b"/bin/true"], {}, ("ValueError", ("embedded null byte",))),
+    "NUL in env": ([b"x"], [b"/bin/true"], {"env": [b"A=\0"]},
+                   ("ValueError", ("embedded null byte",))),
+    "NUL in cwd": ([b"x"], [b"/bin/true"], {"cwd": "/\0"}, ("ValueError", ("embedded null byte",))),
+    "fd out of range": ([b"x"], [b"/bin/true"], {"stdout": 2**40},
+                        ("OverflowError", ("stdout out of range for a C int: 1099511627776",))),
+    "bool fd": ([b"x"], [b"/bin/true"], {"stdin": True},
+                ("TypeError", ("stdin must be an int, not bool",))),
+    "bad close method": ([b"x"], [b"/bin/true"], {"close_method": "nope"},
+                         ("ValueError", ("close_method must be one of ['auto', 'loop', 'proc']",))),
+    "an int argument": ([b"x", 3], [b"/bin/true"], {},
+                        ("TypeError", ("expected str, bytes or os.PathLike object, not int",))),
+    "None executable": ([b"x"], [None], {},
+                        ("TypeError", ("expected str, bytes or os.PathLike object, not NoneType",))),
+    "argv not iterable": (3, [b"/bin/true"], {}, ("TypeError", ("'int' object is not iterable",))),
+    "gid": ([b"x"], [b"/bin/true"], {"gid": -5}, ("ValueError", ("gid out of range: -5",))),
+    "group": ([b"x"], [b"/bin/true"], {"groups": ["a"]},
+              ("TypeError", ("group must be an int, not str",))),
+    "group beyond a gid_t": ([b"x"], [b"/bin/true"], {"groups": [2**32]},
+                             ("ValueError", ("group out of range: 4294967296",))),
+    "negative pass_fds": ([b"x"], [b"/bin/true"], {"pass_fds": [-3]},
+                          ("ValueError", ("bad value(s) in pass_fds",))),
+    "str pass_fds": ([b"x"], [b"/bin/true"], {"pass_fds": ["a"]},
+                     ("TypeError", ("pass_fds item must be an int, not str",))),
+    "str close_in_child": ([b"x"], [b"/bin/true"], {"close_in_child": ["a"]},
+                           ("TypeError", ("fd must be an int, not str",))),
 }
 
 
 @pytest.mark.parametrize("name", sorted(FAILURES))
-def test_a_failure_is_the_same_either_way(monkeypatch, name):
-    argv, exec_list, kwargs = FAILURES[name]
-    in_c = _failure(True, monkeypatch, argv, exec_list, **kwargs)
-    in_python = _failure(False, monkeypatch, argv, exec_list, **kwargs)
-    assert in_c == in_python
+def test_a_failure_raises_its_exception_and_leaves_no_child(name):
+    argv, exec_list, kwargs, expected = FAILURES[name]
+    kids = children()
+    with pytest.raises(BaseException) as info:
+        engine.spawn(argv, exec_list, **kwargs)
+    e = info.value
+    got = (type(e).__name__, e.args)
+    if isinstance(e, engine.SpawnError):
+        got += (e.filename, e.step)
+    assert got == expected
+    assert children() == kids
+
+
+def test_a_child_left_for_the_caller_has_the_fail_status():
+    with pytest.raises(engine.SpawnError) as info:
+        engine.spawn([b"x"], [b"/nonexistent"], reap_on_failure=False, fail_status=3)
+    assert info.value.pid is not None
+    assert os.waitstatus_to_exitcode(os.waitpid(info.value.pid, 0)[1]) == 3

@@ -1,7 +1,7 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
  * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), the engine's
- * plain request (spawn_request.c), Popen's __init__ (popen_init.c), the
+ * request (convert.c), Popen's __init__ (popen_init.c), the
  * SIGINT hold (sigint.c) and the rest, made builtins of the extension module
  * rdmaspawn._native._capi by functions.c.
  */
@@ -46,16 +46,22 @@ static inline PyObject *none(void)
  * positions: a new tuple of str. */
 PyObject *rs_fork_exec_params(void);
 
-/* A fork_exec object: the plain call converted and spawned in C, any other
- * handed to slow(self, *args); positions[i] is where the i-th name of
- * rs_fork_exec_params() sits in this CPython's call (-1: absent). A failed
- * child's report for an error pipe whose write end is first_memory_fd or
- * above goes to report(fd, data) (dropin/errpipe.py keeps that pipe). */
+/* A fork_exec object: the call converted (convert.c) and spawned in C, one
+ * with a preexec_fn handed to slow(self, *args); positions[i] is where the
+ * i-th name of rs_fork_exec_params() sits in this CPython's call (-1:
+ * absent), wording this CPython's messages (convert.h). A failed child's
+ * report for an error pipe whose write end is first_memory_fd or above goes
+ * to report(fd, data) (dropin/errpipe.py keeps that pipe). */
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
-                           PyObject *chdir_tag, PyObject *report, int first_memory_fd);
+                           PyObject *wording, PyObject *chdir_tag, PyObject *report,
+                           int first_memory_fd);
 
 /* Whether obj is one of those fork_exec objects. */
 int rs_is_fork_exec(PyObject *obj);
+
+/* fork_exec's call through the fork_exec object op, its preexec_fn left
+ * out, with the packed struct rs_setup at setup_address (an int). */
+PyObject *rs_fork_exec_setup(PyObject *op, PyObject *args, PyObject *setup_address);
 
 /* pipe(fork_exec), read(fd, n) and close(fd) of the error pipe kept in
  * memory, in the dict pipes (read end -> what is unread), for numbers
@@ -69,14 +75,25 @@ PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd, PyObjec
  * each parameter sits in the call (see posix_spawn.c). */
 PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions);
 
-/* SpawnRequest's field names, in the order rs_spawn_request_plain() reads
- * them (spawn_request.c): a new tuple of str. */
+/* SpawnRequest's field names, in the order rs_spawn_request() reads them
+ * (convert.c): a new tuple of str. */
 PyObject *rs_spawn_request_fields(void);
 
-/* engine.spawn_packed()'s plain request (a SpawnRequest without setup)
- * spawned: (pid, pidfd, err, step, exec_index) of its struct rs_result, or
- * None where the request is not plain. */
-PyObject *rs_spawn_request_plain(PyObject *request);
+/* A SpawnRequest converted and spawned, with the packed struct rs_setup at
+ * setup_address (an int; 0: none): (pid, pidfd), or the SpawnError raised. */
+PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address);
+
+/* engine._spawn_error, set once: make(err, step, pid, exec_index, flags,
+ * cwd, exec_list) gives a failed spawn's exception, which
+ * rs_raise_spawn_error() raises (NULL). */
+void rs_set_spawn_error(PyObject *make);
+struct rs_result;
+PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject *cwd,
+                               PyObject *exec_list);
+
+/* n names as a new tuple of str: a C parameter list the binding compares
+ * with its own. */
+PyObject *rs_names_tuple(const char *const *names, int n);
 
 /* rdmaspawn.Popen.__init__ (popen_init.c): base.__init__ (subprocess.Popen's)
  * with SIGINT held back, for instances of popen itself without setup

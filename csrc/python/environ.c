@@ -1,7 +1,6 @@
 /*
  * The C environment for a spawn with env=None: the one policy, for the C
- * fork_exec (fork_exec.c) and for the engine's spawn() (functions.c's
- * environ_snapshot builtin).
+ * conversion of every request (convert.c) and the plain posix_spawn call.
  *
  * The child must see what a CPython child sees, the C `environ` (os.putenv()
  * changes it without os.environ), but the spawn runs with the GIL released,

@@ -3,26 +3,17 @@
  * and of subprocess under patch().
  *
  * CPython's _execute_child calls fork_exec with 21, 22 or 23 arguments on every
- * spawn. Checking and converting them in Python (dropin/forkexec.py) cost
- * the parent more CPU than CPython's whole C fork_exec, and with several
- * threads spawning that CPU is the throughput. This object does what
- * _posixsubprocess does for the plain call, the one _execute_child makes for
- * almost every Popen: converts the arguments in C with the GIL held, copies
- * the environ array while still holding it, releases the GIL for rs_spawn()
- * only, and writes a failed child's error into CPython's error pipe.
- *
- * Everything else (a preexec_fn, user/group/extra_groups, a value of an
- * unusual type or out of range, anything that would raise) goes unchanged to
- * the Python implementation, `slow(self, *args)`, which raises CPython's
- * exceptions in CPython's order. So this file decides only "is this the plain
- * case"; it never raises for a bad argument itself.
+ * spawn. This object does what _posixsubprocess does: converts the call
+ * (convert.c, with fork_exec's exceptions in its order) with the GIL held,
+ * releases the GIL for the spawn only, and writes a failed child's error
+ * into CPython's error pipe. A preexec_fn alone goes to Python,
+ * `slow(self, *args)` (dropin/forkexec.py): CPython's own fork_exec where it
+ * needs a fork, else its declarative setup packed and handed back here
+ * (rs_fork_exec_setup()).
  *
  * It is not part of the engine: nothing in csrc/ itself includes Python.h (the
  * C harness links those files without Python); this directory does. Python
- * makes one through functions.c's fork_exec_new(). One file, in three parts
- * (the plain case, the call, the type), because all three read the object's
- * layout and its table of where each parameter sits; what each kind of
- * argument must be to count as plain is plain.c's.
+ * makes one through functions.c's fork_exec_new().
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
@@ -41,138 +32,21 @@
 
 #include "rdmaspawn.h"
 #include "binding.h"
-#include "plain.h"
+#include "convert.h"
 
-/*
- * fork_exec's parameters, each as (enum name, Python name). One list makes
- * both the enum and the names rs_fork_exec_params() gives the binding, which
- * hands rs_fork_exec_new() where each name sits in this CPython's call: the
- * names are those of ForkExecCall (rdmaspawn/dropin/cpython.py), and
- * tests/test_forkexec.py compares the two.
- */
-#define FORK_EXEC_PARAMS(X) \
-    X(P_ARGS, args) X(P_EXECUTABLE_LIST, executable_list) X(P_CLOSE_FDS, close_fds) \
-    X(P_FDS_TO_KEEP, fds_to_keep) X(P_CWD, cwd) X(P_ENV, env_list) \
-    X(P_P2CREAD, p2cread) X(P_P2CWRITE, p2cwrite) X(P_C2PREAD, c2pread) \
-    X(P_C2PWRITE, c2pwrite) X(P_ERRREAD, errread) X(P_ERRWRITE, errwrite) \
-    X(P_ERRPIPE_READ, errpipe_read) X(P_ERRPIPE_WRITE, errpipe_write) \
-    X(P_RESTORE_SIGNALS, restore_signals) X(P_CALL_SETSID, call_setsid) \
-    X(P_PGID_TO_SET, pgid_to_set) X(P_GID, gid) X(P_EXTRA_GROUPS, extra_groups) \
-    X(P_UID, uid) X(P_CHILD_UMASK, child_umask) X(P_PREEXEC_FN, preexec_fn) \
-    X(P_ALLOW_VFORK, allow_vfork)
-
-enum param { FORK_EXEC_PARAMS(RS_X_ENUM) N_PARAMS };
-static const char *const param_names[N_PARAMS] = { FORK_EXEC_PARAMS(RS_X_NAME) };
+static const char *const param_names[RS_N_PARAMS] = { RS_FORK_EXEC_PARAMS(RS_X_NAME) };
 
 typedef struct {
     PyObject_HEAD
     PyObject *wrapped;          /* __wrapped__: CPython's fork_exec, for a preexec_fn */
-    PyObject *slow;             /* the Python implementation: slow(self, *args) */
+    PyObject *slow;             /* a call with a preexec_fn: slow(self, *args) */
+    PyObject *wording;          /* this CPython's messages (convert.h's enum rs_wording) */
     PyObject *chdir_tag;        /* bytes after "OSError:<errno>:" for a failed chdir */
     PyObject *report;           /* report(fd, data): into an error pipe kept in memory */
     int first_memory_fd;        /* its ends are this number and up (dropin/errpipe.py) */
     Py_ssize_t nargs;           /* this CPython's argument count */
-    int pos[N_PARAMS];          /* index of each parameter in the call, -1: absent */
+    int pos[RS_N_PARAMS];       /* index of each parameter in the call, -1: absent */
 } ForkExec;
-
-/* --- the plain case ------------------------------------------------------ */
-
-static PyObject *given(ForkExec *self, PyObject *args, enum param p)
-{
-    return self->pos[p] < 0 ? NULL : PyTuple_GetItem(args, self->pos[p]);
-}
-
-/*
- * Fill the request from a plain call: 1, or 0 where anything is not plain
- * (with no exception set: the Python implementation sees the call afresh).
- */
-static int convert_plain(ForkExec *self, PyObject *args, struct rs_request *r,
-                         int *close_first, int *errpipe_write, struct rs_held *h)
-{
-    PyObject *argv = given(self, args, P_ARGS);
-    PyObject *exec_list = given(self, args, P_EXECUTABLE_LIST);
-    PyObject *keep = given(self, args, P_FDS_TO_KEEP);
-    PyObject *cwd = given(self, args, P_CWD);
-    PyObject *env = given(self, args, P_ENV);
-    PyObject *pgid = given(self, args, P_PGID_TO_SET);
-    int fds[8], close_fds, restore, setsid, umask, pgid_value = -1;
-    static const enum param fd_params[8] = {
-        P_P2CREAD, P_P2CWRITE, P_C2PREAD, P_C2PWRITE,
-        P_ERRREAD, P_ERRWRITE, P_ERRPIPE_READ, P_ERRPIPE_WRITE,
-    };
-
-    /* What only the Python implementation does. */
-    if (given(self, args, P_PREEXEC_FN) != Py_None || given(self, args, P_GID) != Py_None
-            || given(self, args, P_UID) != Py_None || given(self, args, P_EXTRA_GROUPS) != Py_None)
-        return 0;
-    for (int i = 0; i < 8; i++)
-        if (!rs_plain_int(given(self, args, fd_params[i]), &fds[i]))
-            return 0;
-    if (!rs_plain_flag(given(self, args, P_CLOSE_FDS), &close_fds)
-            || !rs_plain_flag(given(self, args, P_RESTORE_SIGNALS), &restore)
-            || !rs_plain_flag(given(self, args, P_CALL_SETSID), &setsid)
-            || !rs_plain_int(given(self, args, P_CHILD_UMASK), &umask)
-            || (pgid && !rs_plain_int(pgid, &pgid_value)))
-        return 0;
-    if (close_fds && fds[7] < 3)
-        return 0;   /* fork_exec's ValueError */
-
-    Py_ssize_t argc = rs_plain_length(argv), nexec = rs_plain_length(exec_list);
-    Py_ssize_t nenv = env == Py_None ? 0 : rs_plain_length(env);
-    Py_ssize_t nkeep = Py_TYPE(keep) == &PyTuple_Type ? PyTuple_Size(keep) : -1;
-    if (argc < 0 || nexec < 0 || nenv < 0 || nkeep < 0)
-        return 0;
-    if (env == Py_None)
-        nenv = rs_environ_count();
-
-    /* One block: the argv, exec_list and envp pointer arrays, and the kept fds. */
-    size_t slots = (size_t)argc + 1 + (size_t)nexec + 1 + (size_t)nenv + 1;
-    char **ptrs = rs_held_block(h, slots * sizeof(char *) + (size_t)nkeep * sizeof(int));
-    if (!ptrs)
-        return 0;
-    int *keep_fds = (int *)(ptrs + slots);
-    char **envp = ptrs + argc + 1 + nexec + 1;
-    /* The environ array is copied straight after it was counted (environ.c):
-     * the strings' conversion below allocates objects, and a GC pass it
-     * starts could run a finalizer that changes the environment. */
-    if (env == Py_None)
-        rs_environ_snapshot(envp, (int)nenv);
-
-    int n_keep = 0, prev = -1;
-    for (Py_ssize_t i = 0; i < nkeep; i++) {
-        int fd;
-        if (!rs_plain_int(PyTuple_GetItem(keep, i), &fd) || fd <= prev)
-            return 0;   /* fork_exec's "bad value(s) in fds_to_keep" */
-        prev = fd;
-        /* The error pipe stays with the parent: the child reports through
-         * shared memory, and the parent writes the pipe (see below). */
-        if (fd != fds[7])
-            keep_fds[n_keep++] = fd;
-    }
-    if (!rs_plain_command(argv, argc, exec_list, nexec, env, nenv, cwd, ptrs, r, h))
-        return 0;
-    r->keep_fds = keep_fds;
-    r->n_keep_fds = n_keep;
-    int n_close = 0;
-    const int parent_ends[4] = {fds[1], fds[2], fds[4], fds[6]};
-    for (int i = 0; i < 4; i++)   /* an error pipe in memory has no fd to close */
-        if (parent_ends[i] != -1 && parent_ends[i] < self->first_memory_fd)
-            close_first[n_close++] = parent_ends[i];
-    r->close_first = close_first;
-    r->n_close_first = n_close;
-    r->stdin_fd = fds[0];
-    r->stdout_fd = fds[3];
-    r->stderr_fd = fds[5];
-    r->close_fds = close_fds;
-    r->close_method = RS_CLOSE_AUTO;
-    r->restore_signals = restore;
-    r->setsid = setsid;
-    r->umask = umask >= 0 ? umask : -1;
-    r->pgid = pgid_value >= 0 ? pgid_value : -1;
-    r->fail_status = RS_FAIL_STATUS_CPYTHON;
-    *errpipe_write = fds[7];
-    return 1;
-}
 
 /* Tell CPython's _execute_child what failed in the child, as CPython's child
  * would: "OSError:<errno in hex>:<tag>" ("": execve, else chdir or noexec),
@@ -206,7 +80,7 @@ static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *re
     }
 }
 
-static PyObject *call_slow(ForkExec *self, PyObject *args, PyObject *kwargs)
+static PyObject *call_slow(ForkExec *self, PyObject *args)
 {
     Py_ssize_t n = PyTuple_Size(args);
     PyObject *full = PyTuple_New(n + 1);
@@ -219,29 +93,27 @@ static PyObject *call_slow(ForkExec *self, PyObject *args, PyObject *kwargs)
         Py_INCREF(item);
         PyTuple_SetItem(full, i + 1, item);
     }
-    PyObject *result = PyObject_Call(self->slow, full, kwargs);
+    PyObject *result = PyObject_Call(self->slow, full, NULL);
     Py_DECREF(full);
     return result;
 }
 
-static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
+/* The call converted and spawned, with setup (NULL: none): the pid. */
+static PyObject *spawn(ForkExec *self, PyObject *args, const struct rs_setup *setup)
 {
-    ForkExec *self = (ForkExec *)op;
-    struct rs_request r;
+    struct rs_conv c;
     struct rs_result res;
-    struct rs_held h;
-    int close_first[4], errpipe_write = -1;
+    int errpipe_write = -1;
 
-    rs_held_init(&h);
-    memset(&r, 0, sizeof r);
-    if ((kwargs && PyDict_Size(kwargs)) || PyTuple_Size(args) != self->nargs
-            || !convert_plain(self, args, &r, close_first, &errpipe_write, &h)) {
-        PyErr_Clear();  /* a failed conversion: the Python code meets it again */
-        rs_held_release(&h);
-        return call_slow(self, args, kwargs);
+    rs_conv_init(&c);
+    if (!rs_convert_fork_exec(args, self->pos, self->wording, self->first_memory_fd, &c,
+                              &errpipe_write)) {
+        rs_conv_release(&c);
+        return NULL;
     }
-
-    rs_spawn_held(&r, &res, &h);
+    c.setup = setup;
+    int flags = c.flags;
+    rs_conv_spawn(&c, &res);
     if (res.err == 0)
         return PyLong_FromLong(res.pid);
     if (res.pid < 0) {
@@ -249,10 +121,53 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
         errno = res.err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    if (res.step >= RS_STEP_SIGACTION)  /* the setup's: a ChildSetupError, made by pack.py */
+        return rs_raise_spawn_error(&res, flags, Py_None, Py_None);
     /* The child failed before exec: the caller reads the pipe and reaps it,
      * as with CPython. */
     report_to_errpipe(self, errpipe_write, &res);
     return PyLong_FromLong(res.pid);
+}
+
+/* The number of arguments, as fork_exec counts them first. */
+static int counted(ForkExec *self, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs && PyDict_Size(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "fork_exec() takes no keyword arguments");
+        return 0;
+    }
+    if (PyTuple_Size(args) == self->nargs)
+        return 1;
+    PyObject *named = Py_BuildValue("{s:n,s:n}", "wanted", self->nargs,
+                                    "given", PyTuple_Size(args));
+    if (named)
+        rs_raise_formatted(PyExc_TypeError, PyTuple_GetItem(self->wording, W_WRONG_COUNT),
+                           named, NULL);
+    Py_XDECREF(named);
+    return 0;
+}
+
+static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    ForkExec *self = (ForkExec *)op;
+
+    if (!counted(self, args, kwargs))
+        return NULL;
+    if (PyTuple_GetItem(args, self->pos[P_PREEXEC_FN]) != Py_None)
+        return call_slow(self, args);
+    return spawn(self, args, NULL);
+}
+
+PyObject *rs_fork_exec_setup(PyObject *op, PyObject *args, PyObject *setup_address)
+{
+    if (!rs_is_fork_exec(op) || !PyTuple_Check(args)) {
+        PyErr_SetString(PyExc_TypeError, "fork_exec_setup: not a fork_exec and its call");
+        return NULL;
+    }
+    void *setup = PyLong_AsVoidPtr(setup_address);
+    if ((!setup && PyErr_Occurred()) || !counted((ForkExec *)op, args, NULL))
+        return NULL;
+    return spawn((ForkExec *)op, args, setup);
 }
 
 /* --- the type ------------------------------------------------------------ */
@@ -262,6 +177,7 @@ static int fork_exec_traverse(PyObject *op, visitproc visit, void *arg)
     ForkExec *self = (ForkExec *)op;
     Py_VISIT(self->wrapped);
     Py_VISIT(self->slow);
+    Py_VISIT(self->wording);
     Py_VISIT(self->report);
     Py_VISIT(Py_TYPE(op));  /* a heap type */
     return 0;
@@ -272,6 +188,7 @@ static int fork_exec_clear(PyObject *op)
     ForkExec *self = (ForkExec *)op;
     Py_CLEAR(self->wrapped);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->wording);
     Py_CLEAR(self->chdir_tag);
     Py_CLEAR(self->report);
     return 0;
@@ -345,7 +262,7 @@ static PyType_Spec fork_exec_spec = {
 
 PyObject *rs_fork_exec_params(void)
 {
-    return rs_names_tuple(param_names, N_PARAMS);
+    return rs_names_tuple(param_names, RS_N_PARAMS);
 }
 
 static PyObject *type;  /* made once; the GIL serialises the callers */
@@ -356,11 +273,13 @@ int rs_is_fork_exec(PyObject *obj)
 }
 
 PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
-                           PyObject *chdir_tag, PyObject *report, int first_memory_fd)
+                           PyObject *wording, PyObject *chdir_tag, PyObject *report,
+                           int first_memory_fd)
 {
     Py_ssize_t nargs = 0;
 
-    if (!PyTuple_Check(positions) || PyTuple_Size(positions) != N_PARAMS
+    if (!PyTuple_Check(positions) || PyTuple_Size(positions) != RS_N_PARAMS
+            || !PyTuple_Check(wording) || PyTuple_Size(wording) != N_WORDING
             || !PyBytes_Check(chdir_tag) || !PyCallable_Check(slow)
             || !PyCallable_Check(report) || first_memory_fd < 3) {
         PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: bad arguments");
@@ -371,7 +290,7 @@ PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *position
     ForkExec *self = (ForkExec *)PyType_GenericAlloc((PyTypeObject *)type, 0);
     if (!self)
         return NULL;
-    for (int i = 0; i < N_PARAMS; i++) {
+    for (int i = 0; i < RS_N_PARAMS; i++) {
         long p = PyLong_AsLong(PyTuple_GetItem(positions, i));
         if (p == -1 && PyErr_Occurred()) {
             Py_DECREF(self);
@@ -386,6 +305,14 @@ PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *position
     self->wrapped = wrapped;
     Py_INCREF(slow);
     self->slow = slow;
+    for (Py_ssize_t i = 0; i < N_WORDING; i++)
+        if (!PyUnicode_Check(PyTuple_GetItem(wording, i))) {
+            PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: the wording is str");
+            Py_DECREF(self);
+            return NULL;
+        }
+    Py_INCREF(wording);
+    self->wording = wording;
     Py_INCREF(chdir_tag);
     self->chdir_tag = chdir_tag;
     Py_INCREF(report);

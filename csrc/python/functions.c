@@ -98,28 +98,14 @@ static PyObject *sigint_release(PyObject *module, PyObject *unused)
 
 static PyObject *fork_exec_new(PyObject *module, PyObject *args)
 {
-    PyObject *wrapped, *slow, *positions, *chdir_tag, *report;
+    PyObject *wrapped, *slow, *positions, *wording, *chdir_tag, *report;
     int first_memory_fd;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOOOOi:fork_exec_new", &wrapped, &slow, &positions,
-                          &chdir_tag, &report, &first_memory_fd))
+    if (!PyArg_ParseTuple(args, "OOOOOOi:fork_exec_new", &wrapped, &slow, &positions,
+                          &wording, &chdir_tag, &report, &first_memory_fd))
         return NULL;
-    return rs_fork_exec_new(wrapped, slow, positions, chdir_tag, report, first_memory_fd);
-}
-
-/* environ.c's copy of the environ array, for the engine's spawn(): bytes
- * holding the pointers and a NULL (the strings stay where glibc keeps them).
- * Made with the GIL held, as the copy must be. */
-static PyObject *environ_snapshot(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    int n = rs_environ_count();
-    PyObject *copy = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n + 1) * (Py_ssize_t)sizeof(char *));
-    if (!copy)
-        return NULL;
-    rs_environ_snapshot((char **)PyBytes_AsString(copy), n);
-    return copy;
+    return rs_fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report,
+                            first_memory_fd);
 }
 
 static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
@@ -145,10 +131,29 @@ static PyObject *spawn_request_fields(PyObject *module, PyObject *unused)
     return rs_spawn_request_fields();
 }
 
-static PyObject *spawn_request_plain(PyObject *module, PyObject *request)
+static PyObject *spawn_request(PyObject *module, PyObject *args)
+{
+    PyObject *request, *setup_address;
+    (void)module;
+    if (!PyArg_UnpackTuple(args, "spawn_request", 2, 2, &request, &setup_address))
+        return NULL;
+    return rs_spawn_request(request, setup_address);
+}
+
+static PyObject *fork_exec_setup(PyObject *module, PyObject *args)
+{
+    PyObject *fork_exec, *call, *setup_address;
+    (void)module;
+    if (!PyArg_UnpackTuple(args, "fork_exec_setup", 3, 3, &fork_exec, &call, &setup_address))
+        return NULL;
+    return rs_fork_exec_setup(fork_exec, call, setup_address);
+}
+
+static PyObject *set_spawn_error(PyObject *module, PyObject *make)
 {
     (void)module;
-    return rs_spawn_request_plain(request);
+    rs_set_spawn_error(make);
+    return none();
 }
 
 static PyObject *popen_init_new(PyObject *module, PyObject *args)
@@ -193,21 +198,24 @@ static PyMethodDef functions[] = {
      "How many SIGINTs arrived since the hold or the last take."},
     {"sigint_release", sigint_release, METH_NOARGS,
      "Put SIGINT's action back; how many arrived while held."},
-    {"environ_snapshot", environ_snapshot, METH_NOARGS,
-     "A copy of the environ array (its pointers and a NULL) as bytes."},
     {"fork_exec_params", fork_exec_params, METH_NOARGS,
      "fork_exec's parameter names, in the order fork_exec_new wants positions."},
     {"fork_exec_new", fork_exec_new, METH_VARARGS,
-     "fork_exec_new(wrapped, slow, positions, chdir_tag, report, first_memory_fd): "
+     "fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report, first_memory_fd): "
      "a fork_exec object."},
+    {"fork_exec_setup", fork_exec_setup, METH_VARARGS,
+     "fork_exec_setup(fork_exec, args, setup_address): the call without its preexec_fn, "
+     "with the packed setup."},
     {"spawn_posix_plain", spawn_posix_plain, METH_VARARGS,
      "spawn_posix_plain(args, positions): Popen._posix_spawn's plain call spawned: "
      "the pid, or None where the call is not plain."},
     {"spawn_request_fields", spawn_request_fields, METH_NOARGS,
-     "SpawnRequest's field names, in the order spawn_request_plain reads them."},
-    {"spawn_request_plain", spawn_request_plain, METH_O,
-     "spawn_request_plain(request): a plain SpawnRequest spawned: (pid, pidfd, err, "
-     "step, exec_index), or None where it is not plain."},
+     "SpawnRequest's field names, in the order spawn_request reads them."},
+    {"spawn_request", spawn_request, METH_VARARGS,
+     "spawn_request(request, setup_address): a SpawnRequest spawned: (pid, pidfd)."},
+    {"set_spawn_error", set_spawn_error, METH_O,
+     "set_spawn_error(make): make(err, step, pid, exec_index, flags, cwd, exec_list) "
+     "gives a failed spawn's exception."},
     {"popen_init_new", popen_init_new, METH_VARARGS,
      "popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal): "
      "rdmaspawn.Popen.__init__ (popen_init.c)."},

@@ -135,22 +135,6 @@ void rs_spawn_held(const struct rs_request *r, struct rs_result *res, struct rs_
     rs_held_release(h);
 }
 
-PyObject *rs_names_tuple(const char *const *names, int n)
-{
-    PyObject *out = PyTuple_New(n);
-    if (!out)
-        return NULL;
-    for (int i = 0; i < n; i++) {
-        PyObject *name = PyUnicode_FromString(names[i]);
-        if (!name) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SetItem(out, i, name);  /* steals the reference */
-    }
-    return out;
-}
-
 int rs_plain_command(PyObject *argv, Py_ssize_t argc, PyObject *exec_list, Py_ssize_t nexec,
                      PyObject *env, Py_ssize_t nenv, PyObject *cwd, char **ptrs,
                      struct rs_request *r, struct rs_held *h)

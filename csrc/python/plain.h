@@ -63,17 +63,8 @@ int rs_plain_command(PyObject *argv, Py_ssize_t argc, PyObject *exec_list, Py_ss
                      PyObject *env, Py_ssize_t nenv, PyObject *cwd, char **ptrs,
                      struct rs_request *r, struct rs_held *h);
 
-/* A C parameter list written once as X(ID, name) pairs gives both an enum of
- * the IDs and a table of the names: these are the two X's. */
-#define RS_X_ENUM(id, name) id,
-#define RS_X_NAME(id, name) #name,
-
 /* rs_spawn() of the converted request with the GIL released, then what h
  * holds given back: the end every plain call shares. */
 void rs_spawn_held(const struct rs_request *r, struct rs_result *res, struct rs_held *h);
-
-/* n names as a new tuple of str: a C parameter list the binding compares
- * with its own (fork_exec.c's, spawn_request.c's). */
-PyObject *rs_names_tuple(const char *const *names, int n);
 
 #endif

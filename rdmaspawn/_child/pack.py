@@ -14,14 +14,13 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .._rdmaspawn_cffi import ffi, lib
 from .model import ChildSetup, ioprio_value, signal_bits
 from .spawner import run_as_process
 
-if TYPE_CHECKING:
-    from .._native.request import SpawnRequest
+T = TypeVar("T")
 
 __all__ = ["ChildSetupError", "packed", "spawn_with"]
 
@@ -121,40 +120,38 @@ def packed(setup: ChildSetup, ids_change: bool = False) -> Iterator[Any]:
             os.close(fd)
 
 
-def _dispose(spawned: tuple[int, int]) -> None:
-    # A child whose caller was interrupted before it could own it.
-    pid, pidfd = spawned
+def _dispose(spawned: Any) -> None:
+    # A child whose caller was interrupted before it could own it: its pid,
+    # or (pid, pidfd).
+    pid, pidfd = spawned if isinstance(spawned, tuple) else (spawned, -1)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     if pidfd >= 0:
         os.close(pidfd)
 
 
-def spawn_with(request: SpawnRequest,
-               spawn_packed: Callable[[SpawnRequest, Any], tuple[int, int]]) -> tuple[int, int]:
-    """``spawn_packed(request, setup_ptr)`` with ``request.setup`` packed and
-    carried out in the child.
+def spawn_with(setup: ChildSetup, ids_change: bool, spawn: Callable[[int], T]) -> T:
+    """``spawn(address)``, the one C converter's call (engine.spawn_request,
+    the C fork_exec), with ``setup`` packed at ``address`` and carried out in
+    the child.
 
-    The setup's umask becomes the request's (the last one set wins, and a
-    umask cannot fail); a death signal makes the spawn follow the process
-    (see ``spawner``). The setup's session and group are its own steps,
-    after the request's, as CPython calls preexec_fn after
+    ``ids_change``: the request changes user, group or groups (see
+    :func:`packed`). The caller makes the setup's umask the request's (the
+    last one set wins, and a umask cannot fail). A death signal makes the
+    spawn follow the process (see ``spawner``). The setup's session and group
+    are its own steps, after the request's, as CPython calls preexec_fn after
     start_new_session= and process_group=.
     """
-    setup = request.setup
-    assert setup is not None
-    if setup.umask is not None:
-        request = request._replace(umask=setup.umask)
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.
         current = signal.pthread_sigmask(signal.SIG_BLOCK, ())
         setup = setup._replace(signal_mask=frozenset(int(s) for s in current))
-    ids_change = (request.uid is not None or request.gid is not None
-                  or request.groups is not None)
     with packed(setup, ids_change) as ptr:
-        def call() -> tuple[int, int]:
-            return spawn_packed(request, ptr)
+        address = int(ffi.cast("uintptr_t", ptr))
+
+        def call() -> T:
+            return spawn(address)
         try:
             if setup.pdeathsig is None:
                 return call()

@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 from .. import _rdmaspawn_cffi
 
-__all__ = ["close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "environ_snapshot", "fork_exec_params", "fork_exec_new",
-           "spawn_posix_plain", "spawn_request_fields", "spawn_request_plain", "popen_init_new", "errpipe_calls", "held_fork"]
+__all__ = ["close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "fork_exec_params", "fork_exec_new",
+           "fork_exec_setup", "spawn_posix_plain", "spawn_request_fields", "spawn_request",
+           "set_spawn_error", "popen_init_new", "errpipe_calls", "held_fork"]
 
 _NAME = "rdmaspawn._native._capi"
 
@@ -54,29 +55,32 @@ sigint_release: Callable[[], int] = _c.sigint_release
 #: calling thread is it with no hold on (dropin.interrupts' owner()).
 sigint_set_main: Callable[[int], None] = _c.sigint_set_main
 sigint_owner: Callable[[], bool] = _c.sigint_owner
-#: A copy of the C environ array (its pointers and a NULL, as bytes), taken
-#: with the GIL held (csrc/python/environ.c).
-environ_snapshot: Callable[[], bytes] = _c.environ_snapshot
 #: The C fork_exec's parameter names, in the order fork_exec_new wants their
 #: positions (the names of dropin.cpython.ForkExecCall).
 fork_exec_params: Callable[[], tuple[str, ...]] = _c.fork_exec_params
-#: ``fork_exec_new(wrapped, slow, positions, chdir_tag, report,
+#: ``fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report,
 #: first_memory_fd)``: csrc/python/fork_exec.c's fork_exec object.
-fork_exec_new: Callable[[Any, Any, tuple[int, ...], bytes, Callable[[int, bytes], object], int],
+fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
+                         Callable[[int, bytes], object], int],
                         Callable[..., int]] = _c.fork_exec_new
+#: ``fork_exec_setup(fork_exec, args, setup_address)``: that object's call
+#: without its preexec_fn, with the packed ``struct rs_setup`` at the address.
+fork_exec_setup: Callable[[Any, tuple[Any, ...], int], int] = _c.fork_exec_setup
 #: ``spawn_posix_plain(args, positions)``: csrc/python/posix_spawn.c,
 #: ``Popen._posix_spawn``'s plain call (its positional arguments) spawned: the
 #: pid, or None where the call is not plain; ``positions`` says where each
 #: parameter sits (dropin.posixspawn makes it).
 spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] = _c.spawn_posix_plain
-#: SpawnRequest's field names in the order spawn_request_plain reads them
-#: (csrc/python/spawn_request.c).
+#: SpawnRequest's field names in the order spawn_request reads them
+#: (csrc/python/convert.c).
 spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields
-#: ``spawn_request_plain(request)``: csrc/python/spawn_request.c, a
-#: SpawnRequest without setup spawned: ``(pid, pidfd, err, step,
-#: exec_index)``, or None where it is not plain.
-spawn_request_plain: Callable[[tuple[Any, ...]], tuple[int, int, int, int, int] | None] = \
-    _c.spawn_request_plain
+#: ``spawn_request(request, setup_address)``: csrc/python/convert.c, a
+#: SpawnRequest converted and spawned (the packed ``struct rs_setup`` at
+#: setup_address, 0: none): ``(pid, pidfd)``, or its SpawnError raised.
+spawn_request: Callable[[tuple[Any, ...], int], tuple[int, int]] = _c.spawn_request
+#: ``set_spawn_error(make)``: the function that makes a failed spawn's
+#: exception for the C side (engine._spawn_error).
+set_spawn_error: Callable[[Callable[..., BaseException]], None] = _c.set_spawn_error
 #: ``popen_init_new(base, popen, slow, setup_keywords, getsignal,
 #: raise_signal)``: csrc/python/popen_init.c, rdmaspawn.Popen's ``__init__``
 #: (``base.__init__`` with SIGINT held back, for instances of ``popen``) as a

@@ -1,16 +1,15 @@
 """Thin binding over the C core: Python values in, exceptions out.
 
-Mirrors the C names (``rs_spawn`` -> :func:`spawn`, ``rs_spawn_packed`` ->
-:func:`spawn_packed`); libibverbs' fork status is :mod:`.forkstatus`'s.
-Everything the child will read is validated and converted here, before the
-clone: a bad argument never reaches the child.
+Mirrors the C names (``rs_spawn`` -> :func:`spawn`); libibverbs' fork status
+is :mod:`.forkstatus`'s. Everything the child will read is validated and
+converted in C (csrc/python/convert.c) before the clone: a bad argument
+never reaches the child.
 """
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._child import pack
 from .._child.model import ChildSetup
@@ -28,7 +27,7 @@ from .request import (
 )
 
 if TYPE_CHECKING:
-    from .._rdmaspawn_cffi import CData  # the stub's name for a cffi value
+    pass  # the stub's name for a cffi value
 
 # RDMASPAWN_CLONE=clone: every spawn of this process through glibc clone().
 _clonepath.apply_variable(os.environ)
@@ -37,8 +36,6 @@ __all__ = [
     "SpawnError",
     "spawn",
     "spawn_request",
-    "spawn_packed",
-    "environ_snapshot",
     "clone_path",
 ]
 
@@ -72,57 +69,13 @@ class SpawnError(OSError):
         return f"{super().__str__()} (originated from {self.step}())"
 
 
-#: os.fsencode()'s codec for a str (POSIX: the filesystem encoding, surrogateescape).
-_FS_ENCODING = sys.getfilesystemencoding()
-_FS_ERRORS = sys.getfilesystemencodeerrors()
-
-
 def _fsencode(value: object) -> bytes:
-    # Same rules as CPython's PyUnicode_FSConverter: str, bytes or PathLike,
-    # and no NUL byte, which the child could not pass to the kernel.
-    if isinstance(value, bytes):
-        data = value
-    else:
-        data = os.fsencode(value)  # type: ignore[arg-type]
+    # PyUnicode_FSConverter's rules: str, bytes or PathLike, and no NUL byte,
+    # which the child could not pass to the kernel.
+    data = value if isinstance(value, bytes) else os.fsencode(value)  # type: ignore[arg-type]
     if b"\0" in data:
         raise ValueError("embedded null byte")
     return data
-
-
-def _blob(items: Sequence[object]) -> tuple[bytes, int]:
-    """Strings as one blob of NUL-terminated strings, and their count.
-
-    Converted as CPython's PyUnicode_FSConverter does; a NUL inside a string
-    is found by counting the blob's NULs: one check instead of one per item.
-    When something is wrong, the items are converted again one by one, so
-    that the first bad one raises, as CPython's item-by-item conversion does.
-    """
-    try:
-        # A str is encoded as os.fsencode() does it, without its Python frame.
-        encoded = [item if type(item) is bytes
-                   else item.encode(_FS_ENCODING, _FS_ERRORS) if type(item) is str
-                   else os.fsencode(item)  # type: ignore[arg-type]
-                   for item in items]
-    except (TypeError, ValueError):
-        encoded = None
-    if encoded is not None:
-        blob = b"\0".join(encoded)
-        if blob.count(0) == max(len(encoded) - 1, 0):
-            return blob + b"\0", len(encoded)
-    for item in items:
-        _fsencode(item)
-    raise AssertionError("a bad item that converts cleanly on its own")  # cannot happen
-
-
-_environ_array = _capi.environ_snapshot
-_from_buffer = ffi.from_buffer
-
-
-def environ_snapshot() -> Any:
-    """A private copy of the environ array for a spawn with env=None, taken
-    with the GIL held: the NULL-terminated array, as rs_spawn_packed's envp
-    (see csrc/python/environ.c)."""
-    return _from_buffer("char *[]", _environ_array())
 
 
 def env_list(env: Mapping[object, object]) -> list[bytes]:
@@ -141,26 +94,6 @@ def env_list(env: Mapping[object, object]) -> list[bytes]:
             raise ValueError("illegal environment variable name")
         out.append(k + b"=" + v)
     return out
-
-
-def _fd(value: object, what: str) -> int:
-    # Any C int: a negative one other than -1 reaches the child, whose dup
-    # fails with EBADF, as CPython's does.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if not -0x80000000 <= value <= 0x7FFFFFFF:
-        raise OverflowError(f"{what} out of range for a C int: {value}")
-    return value
-
-
-def _id(value: object, what: str) -> int:
-    # Any uid_t: (uid_t)-1 reaches the kernel, which reads it as "unchanged"
-    # for setres[ug]id and refuses it (EINVAL) in a group list.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if value < 0 or value > 0xFFFFFFFF:
-        raise ValueError(f"{what} out of range: {value}")
-    return value
 
 
 def spawn(
@@ -201,9 +134,7 @@ def spawn(
     """
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
-    fds = sorted({_fd(fd, "pass_fds item") for fd in pass_fds})
-    if fds and fds[0] < 0:
-        raise ValueError("bad value(s) in pass_fds")
+    fds = sorted(set(pass_fds))
     flags = ((close_fds and CLOSE_FDS) | (restore_signals and RESTORE_SIGNALS)
              | (setsid and SETSID) | (want_pidfd and WANT_PIDFD)
              | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
@@ -212,61 +143,23 @@ def spawn(
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
-#: csrc/python/spawn_request.c's spawn of a plain request (it reads
-#: SpawnRequest's fields in their order: tests/test_spawn_request.py).
-_spawn_plain_request = _capi.spawn_request_plain
+#: csrc/python/convert.c's conversion and spawn of a SpawnRequest:
+#: ``(request, setup_address)`` -> ``(pid, pidfd)``.
+_spawn_request = _capi.spawn_request
 
 
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
-    """Start the child ``request`` describes; as :func:`spawn`. A request with
-    declarative setup goes through :mod:`rdmaspawn._child.pack`, which packs
-    the setup and calls :func:`spawn_packed` with it. A plain one (see
-    csrc/python/spawn_request.c) is converted and spawned in C; anything
-    else, bad values included, by :func:`spawn_packed`."""
-    if request.setup is not None:
-        return pack.spawn_with(request, spawn_packed)
-    done = _spawn_plain_request(request)
-    if done is not None:
-        pid, pidfd, err, step, exec_index = done
-        if err:
-            raise _spawn_error(err, step, pid, exec_index, request.flags, request.cwd,
-                               request.exec_list)
-        return pid, pidfd
-    return spawn_packed(request, ffi.NULL)
-
-
-def spawn_packed(request: SpawnRequest, setup_ptr: Any) -> tuple[int, int]:
-    """The one call of ``rs_spawn_packed()``: ``request`` as its flat
-    arguments, ``setup_ptr`` the packed ``struct rs_setup *`` (or NULL)."""
-    (argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child, pass_fds, flags,
-     close_method, umask, pgid, groups, gid, uid, fail_status, _) = request
-    argv_blob, argc = _blob(argv)
-    exec_blob, nexec = _blob(exec_list)
-    env_blob: bytes | CData
-    if env is None:
-        env_blob, nenv, envp = ffi.NULL, -1, environ_snapshot()  # nenv < 0: envp
-    else:
-        (env_blob, nenv), envp = _blob(env), ffi.NULL
-    fds = list(pass_fds)
-    closing = [_fd(fd, "fd") for fd in close_in_child if fd != -1]
-    gids = [_id(g, "group") for g in groups] if groups is not None else []
-    res = ffi.new("struct rs_result *")
-    # One call; cffi passes bytes and lists as pointers valid for its length,
-    # and releases the GIL for the whole spawn.
-    lib.rs_spawn_packed(
-        argv_blob, argc, exec_blob, nexec, env_blob, nenv, envp,
-        _fsencode(cwd) if cwd is not None else ffi.NULL,
-        fds or ffi.NULL, len(fds), closing or ffi.NULL, len(closing),
-        _fd(stdin, "stdin"), _fd(stdout, "stdout"), _fd(stderr, "stderr"),
-        flags, close_method, umask if umask >= 0 else -1,
-        pgid if pgid is not None and pgid >= 0 else -1,
-        gids or ffi.NULL, len(gids) if groups is not None else -1,
-        _id(gid, "gid") if gid is not None else -1,
-        _id(uid, "uid") if uid is not None else -1,
-        fail_status, res, setup_ptr)
-    if res.err:
-        raise _spawn_error(res.err, res.step, res.pid, res.exec_index, flags, cwd, exec_list)
-    return res.pid, res.pidfd
+    """Start the child ``request`` describes; as :func:`spawn`. It is
+    converted and spawned in C (csrc/python/convert.c); a declarative setup
+    is packed first (:mod:`rdmaspawn._child.pack`) and handed over with it."""
+    setup = request.setup
+    if setup is None:
+        return _spawn_request(request, 0)
+    if setup.umask is not None:  # the last umask set wins, and one cannot fail
+        request = request._replace(umask=setup.umask)
+    ids_change = (request.uid is not None or request.gid is not None
+                  or request.groups is not None)
+    return pack.spawn_with(setup, ids_change, lambda address: _spawn_request(request, address))
 
 
 def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,
@@ -281,6 +174,9 @@ def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd
                        None if pid < 0 or flags & REAP_ON_FAILURE else pid)
     error.in_setup = step >= lib.RS_STEP_SIGACTION  # enum rs_step's setup part
     return error
+
+
+_capi.set_spawn_error(_spawn_error)
 
 
 def spawn_count() -> int:

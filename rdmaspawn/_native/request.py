@@ -1,8 +1,8 @@
 """The spawn request: everything one spawn asks of the engine, by name.
 
-The Python side's one list of the request's fields. engine.spawn_packed() alone
-turns it into rs_spawn_packed()'s flat arguments, and csrc/packed.c alone
-turns those into ``struct rs_request``.
+The Python side's one list of the request's fields. csrc/python/convert.c
+alone turns it into rs_spawn_packed()'s flat arguments, and csrc/packed.c
+alone turns those into ``struct rs_request``.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class SpawnRequest(NamedTuple):
     it; CPython's ``_execute_child`` hands fork_exec exactly that); ``flags``
     combines :data:`CLOSE_FDS`, :data:`RESTORE_SIGNALS`, ...; ``close_method``
     is a ``RS_CLOSE_*``; ``env`` None hands the child a copy of the C
-    environment (engine.environ_snapshot()); ``fail_status`` is the exit
+    environment (csrc/python/environ.c); ``fail_status`` is the exit
     status of a child that failed before exec (CPython's by default).
     """
 

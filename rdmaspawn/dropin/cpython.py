@@ -221,6 +221,12 @@ class Internals(NamedTuple):
     #: The ValueError when extra_groups is longer than NGROUPS_MAX: it changed
     #: with the parser (3.12's move to Argument Clinic renamed groups_list).
     too_many_groups: str = ""
+    #: All of fork_exec's wording for csrc/python/convert.c, in the order of
+    #: its enum rs_wording: wrong_count, too_many_groups, the C int messages
+    #: of int_parser (_INT_WORDINGS), and "1" where restore_signals and
+    #: call_setsid are parsed as C ints ("i", 3.9-3.11) rather than as truth
+    #: values (3.12+).
+    fork_exec_wording: tuple[str, ...] = ()
     #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
     #: (3.9-3.12; its code names environ); 3.13 passes None through.
     posix_spawn_environ: bool = False
@@ -282,6 +288,22 @@ _WORDINGS = {
 }
 
 
+#: By int parser, a C int argument's errors, in convert.h's order: out of a
+#: C int's range (Argument Clinic's one message; "": the next three), out
+#: of a C long's, above and below a C int's (PyArg_ParseTuple's "i"); a
+#: float, and a type with no __index__ ("{}": its name), refused by name
+#: ("": PyNumber_Index's TypeError). 3.9's "i" had its own words for both
+#: (3.10 moved them to PyNumber_Index's); kept by version, as nothing shows them
+#: without a call.
+_INT_WORDINGS = {
+    "clinic": ("Python int too large to convert to C int", "", "", "", "", ""),
+    "format_i": ("", "Python int too large to convert to C long",
+                 "signed integer is greater than maximum", "signed integer is less than minimum",
+                 *(("integer argument expected, got float", "an integer is required (got type {})")
+                   if sys.version_info < (3, 10) else ("", ""))),
+}
+
+
 def _fork_exec_parser(wanted: int) -> str:
     """Which parser CPython's fork_exec has ("" if neither), by its TypeError
     for no arguments: both count them first, so nothing is converted and
@@ -319,6 +341,8 @@ def _looked_up(internals: Internals) -> Internals:
         int_parser=parser,
         wrong_count=_WORDINGS[parser][0] if parser else "",
         too_many_groups=_WORDINGS[parser][1] if parser else "",
+        fork_exec_wording=((*_WORDINGS[parser], *_INT_WORDINGS[parser],
+                            "1" if parser == "format_i" else "") if parser else ()),
         posix_spawn_environ=(posix_spawn is not None
                              and "environ" in posix_spawn.function.__code__.co_names),
         posix_spawn=posix_spawn,
@@ -575,6 +599,15 @@ def unpack_fork_exec(args: tuple[Any, ...]) -> ForkExecCall:
     return ForkExecCall(**{**_NEUTRAL, **dict(zip(params, args))})
 
 
+def replace_fork_exec(args: tuple[Any, ...], **values: Any) -> tuple[Any, ...]:
+    """A positional ``fork_exec`` call with the named arguments replaced."""
+    params = require().params
+    out = list(args)
+    for name, value in values.items():
+        out[params.index(name)] = value
+    return tuple(out)
+
+
 def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
     """Whether CPython's fork_exec forks for this call, rather than vfork().
 
@@ -605,31 +638,21 @@ def use_vfork_flag() -> bool:
     return bool(getattr(subprocess, VFORK_FLAG, True))
 
 
-_INT_MAX = 0x7FFFFFFF
-_LONG_MAX = 0x7FFFFFFFFFFFFFFF
-
-
 def c_int(value: Any, parser: str) -> int:
-    """``value`` as a C int, with the OverflowError CPython's ``parser`` raises.
-
-    "format_i" is PyArg_ParseTuple's "i" (fork_exec on 3.9-3.11, and
-    os.posix_spawn's file actions everywhere); "clinic" is Argument Clinic's
-    int converter (fork_exec on 3.12+).
-    """
-    if parser == "format_i" and sys.version_info < (3, 10):
-        # 3.9's "i" refuses a float by name, and words the rest its own way
-        # (3.10 moved both to PyNumber_Index's message).
-        if isinstance(value, float):
-            raise TypeError("integer argument expected, got float")
-        if not hasattr(type(value), "__index__"):
-            raise TypeError(f"an integer is required (got type {type(value).__name__})")
+    """``value`` as a C int, with the errors CPython's ``parser`` raises
+    (_INT_WORDINGS): "format_i" is PyArg_ParseTuple's "i" (fork_exec on
+    3.9-3.11, and os.posix_spawn's file actions everywhere); "clinic" is
+    Argument Clinic's int converter (fork_exec on 3.12+)."""
+    int_range, long_range, greater, less, float_type, no_index = _INT_WORDINGS[parser]
+    if float_type and isinstance(value, float):
+        raise TypeError(float_type)
+    if no_index and not hasattr(type(value), "__index__"):
+        raise TypeError(no_index.format(type(value).__name__))
     value = operator.index(value)
-    if -_INT_MAX - 1 <= value <= _INT_MAX:
+    if -0x80000000 <= value <= 0x7FFFFFFF:
         return int(value)
-    if parser == "clinic":
-        raise OverflowError("Python int too large to convert to C int")
-    if not -_LONG_MAX - 1 <= value <= _LONG_MAX:
-        raise OverflowError("Python int too large to convert to C long")
-    if value > 0:
-        raise OverflowError("signed integer is greater than maximum")
-    raise OverflowError("signed integer is less than minimum")
+    if int_range:
+        raise OverflowError(int_range)
+    if not -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
+        raise OverflowError(long_range)
+    raise OverflowError(greater if value > 0 else less)

@@ -14,13 +14,12 @@ import os
 import subprocess
 from typing import Any, Callable
 
+from .._child import pack
 from .._child.model import Chain
 from .._child.pack import ChildSetupError
 from .._child.recognize import as_setup
 from .._native import capi as _capi
-from .._native import engine as _engine
-from .._native import request as _request
-from . import arguments
+from .._native import engine as _engine  # noqa: F401  (sets the C side's SpawnError)
 from . import cpython as _cpython
 from . import errpipe as _errpipe
 from . import wrapping as _wrapping
@@ -78,40 +77,20 @@ def _refuse_preexec_fn(preexec_fn: Any) -> None:
     )
 
 
-def _error_bytes(err: _engine.SpawnError, chdir_tag: bytes) -> bytes:
-    if err.step == "execve":
-        tag = b""
-    elif err.step == "chdir":
-        tag = chdir_tag
-    else:
-        tag = b"noexec"
-    return b"OSError:%x:%s" % (err.errno, tag)
-
-
-def _plain_c_ints(values: tuple[Any, ...]) -> bool:
-    """Whether every value is an int (not a subclass) that fits a C int: what
-    CPython's _execute_child passes; anything else takes the converter."""
-    for value in values:
-        if type(value) is not int or not -0x80000000 <= value <= 0x7FFFFFFF:
-            return False
-    return True
-
-
-def _fork_exec_python(owner: Any, *args: Any) -> int:
-    """fork_exec in Python: every call the C one does not take as plain.
+def _preexec_fn(owner: Any, *args: Any) -> int:
+    """A fork_exec call with a preexec_fn: every other is the C one's.
 
     ``owner`` is the fork_exec object this call came through; a preexec_fn
     that needs fork goes to its ``__wrapped__``, looked up at each call, so
-    that a wrapper applied later can be taken out of the chain again.
+    that a wrapper applied later can be taken out of the chain again. One
+    with a declarative equivalent (rdmaspawn.preexec's helpers and the
+    common stdlib values, recognize's table) is packed and the call handed
+    back to the C one with it.
     """
     internals = _cpython.require()
     call = _cpython.unpack_fork_exec(args)
-    setup = None
-    if call.preexec_fn is not None:
-        # rdmaspawn.preexec helpers and the common stdlib values run in
-        # the CLONE_VM child without fork (recognize's table).
-        setup = as_setup(call.preexec_fn)
-    if call.preexec_fn is not None and setup is None:
+    setup = as_setup(call.preexec_fn)
+    if setup is None:
         # The doctor's and the guard's rule; imported here, where a preexec_fn
         # needs fork, not at every interpreter's start under RDMASPAWN=on.
         from .._host.forkrisk import has_fork_hazard
@@ -123,58 +102,19 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
         if _errpipe.is_memory(call.errpipe_write):  # CPython's child needs a real one
             return _errpipe.call_with_real_pipe(owner.__wrapped__, args, internals.params)
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]
-
-    # Convert and check as fork_exec does, in its order: the ints as it
-    # parses its arguments, then its preconditions, strings, ids.
-    ints: tuple[Any, ...] = call[6:14] + (call.pgid_to_set, call.child_umask)
-    if not _plain_c_ints(ints):  # the usual case skips the converter
-        c_int, parser = _cpython.c_int, internals.int_parser
-        ints = tuple(c_int(value, parser) for value in ints)
-    (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
-     errpipe_write, pgid, umask) = ints
-    if call.close_fds and errpipe_write < 3:
-        raise ValueError("errpipe_write must be >= 3")
-    arguments.check_fds_to_keep(call.fds_to_keep)
-    # The error pipe stays with the parent: the engine's child reports
-    # through shared memory and this function writes the pipe itself.
-    keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
-    parent_ends = tuple(fd for fd in (p2cwrite, c2pread, errread, errpipe_read)
-                        if not _errpipe.is_memory(fd))
-    flags = ((call.close_fds and _request.CLOSE_FDS)
-             | (call.restore_signals and _request.RESTORE_SIGNALS)
-             | (call.call_setsid and _request.SETSID))
+    if setup.umask is not None:  # the last umask set wins, and one cannot fail
+        args = _cpython.replace_fork_exec(args, child_umask=setup.umask)
+    ids_change = (call.uid not in (None, -1) or call.gid not in (None, -1)
+                  or call.extra_groups is not None)
     try:
-        groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
-        gid = arguments.convert_id(call.gid, "gid")
-        uid = arguments.convert_id(call.uid, "uid")
-        pid, _ = _engine.spawn_request(_request.SpawnRequest(
-            call.args, call.executable_list, call.env_list, call.cwd, p2cread, c2pwrite,
-            errwrite, parent_ends, keep, flags,
-            umask=umask, pgid=pgid, groups=groups, gid=gid, uid=uid, setup=setup))
+        return pack.spawn_with(setup, ids_change,
+                               lambda address: _capi.fork_exec_setup(owner, args, address))
     except ChildSetupError as err:
         # Raised here, as a failed fork() is: the caller closes the pipes.
         if err.pid is not None:
             os.waitpid(err.pid, 0)
             err.pid = None
         raise
-    except _engine.SpawnError as err:
-        if err.pid is None:
-            # No child: CPython raises from the failed fork() itself.
-            raise OSError(err.errno, os.strerror(err.errno)) from None
-        # The caller reads the pipe and reaps the child, as with CPython;
-        # a caller that closed its end (BrokenPipeError) still gets the
-        # pid, which it alone can reap.
-        try:
-            _errpipe.write(errpipe_write, _error_bytes(err, internals.chdir_tag))
-        except OSError:
-            pass
-        return err.pid
-    except (TypeError, ValueError, OverflowError):
-        # fork_exec converts its strings first, in its own order: their
-        # errors win over the ids' and the engine's.
-        arguments.check_strings(call)
-        raise
-    return pid
 
 
 def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
@@ -182,10 +122,10 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
 
     ``fallback`` is CPython's own fork_exec (or whatever stood in its place),
     kept on ``__wrapped__``. The result is the C fork_exec
-    (csrc/python/fork_exec.c), which starts the plain call itself and hands
-    every other to :func:`_fork_exec_python`; where this CPython is not one
-    rdmaspawn knows, a Python function that raises UnsupportedPython when
-    called.
+    (csrc/python/fork_exec.c), which converts and starts every call itself
+    and hands one with a preexec_fn to :func:`_preexec_fn`; where this CPython
+    is not one rdmaspawn knows, a Python function that raises
+    UnsupportedPython when called.
     """
     internals = _cpython.current()
     if internals is not None:
@@ -194,12 +134,13 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
             # Cannot happen in a consistent build (tests/test_forkexec.py).
             raise RuntimeError(f"csrc/python/fork_exec.c's parameters {names} are not "
                                f"ForkExecCall's {_cpython.ForkExecCall._fields}")
-        return _capi.fork_exec_new(fallback, _fork_exec_python,
-                                   _cpython.fork_exec_positions(names),
-                                   internals.chdir_tag, _errpipe.write, _errpipe.FIRST_FD)
+        return _capi.fork_exec_new(fallback, _preexec_fn, _cpython.fork_exec_positions(names),
+                                   internals.fork_exec_wording, internals.chdir_tag,
+                                   _errpipe.write, _errpipe.FIRST_FD)
 
     def fork_exec(*args: Any) -> int:
-        return _fork_exec_python(fork_exec, *args)
+        _cpython.require()  # raises UnsupportedPython, saying what did not match
+        raise AssertionError("require() passed where current() did not")
 
     fork_exec.__wrapped__ = fallback  # type: ignore[attr-defined]
     fork_exec.__rdmaspawn__ = True  # type: ignore[attr-defined]

@@ -1,0 +1,649 @@
+/*
+ * The one conversion of a spawn request: Python values into
+ * rs_spawn_packed()'s arguments, with the GIL held, each value converted as
+ * the entry it came through converts it (PyNumber_Index and the range
+ * checks of its int parser, PyUnicode_FSConverter for paths and arguments,
+ * bytes where fork_exec takes bytes only), raising CPython's exception in
+ * CPython's order. One function per entry shape: rs_convert_fork_exec()
+ * (fork_exec's positional call), rs_spawn_request() (the engine's
+ * SpawnRequest) and, in posix_spawn.c, Popen._posix_spawn's call. The
+ * wording that differs between CPython versions comes from
+ * rdmaspawn/dropin/cpython.py, handed over once, never written here.
+ */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rdmaspawn.h"
+#include "binding.h"
+#include "convert.h"
+
+/* CPython's MAX_GROUPS: NGROUPS_MAX of <limits.h> (Linux: 65536). */
+#define MAX_GROUPS 65536
+
+/* --- what a conversion holds ---------------------------------------------- */
+
+void rs_conv_init(struct rs_conv *c)
+{
+    c->n_objects = 0;
+    c->more = NULL;
+    c->n_blocks = 0;
+    c->used = 0;
+    c->argv = c->exec_list = c->envp = NULL;
+    c->cwd = NULL;
+    c->keep_fds = c->close_first = NULL;
+    c->n_keep_fds = c->n_close_first = 0;
+    c->stdin_fd = c->stdout_fd = c->stderr_fd = -1;
+    c->flags = 0;
+    c->close_method = RS_CLOSE_AUTO;
+    c->umask = c->pgid = -1;
+    c->groups = NULL;
+    c->ngroups = -1;
+    c->gid = c->uid = -1;
+    c->fail_status = RS_FAIL_STATUS_CPYTHON;
+    c->setup = NULL;
+}
+
+void rs_conv_release(struct rs_conv *c)
+{
+    for (int i = 0; i < c->n_blocks; i++)
+        PyMem_Free(c->blocks[i]);
+    for (int i = 0; i < c->n_objects; i++)
+        Py_DECREF(c->objects[i]);
+    Py_XDECREF(c->more);
+    rs_conv_init(c);
+}
+
+/* Keep obj alive until the spawn is over; the reference is stolen. */
+static int keep(struct rs_conv *c, PyObject *obj)
+{
+    if (c->n_objects < RS_CONV_OBJECTS) {
+        c->objects[c->n_objects++] = obj;
+        return 1;
+    }
+    int ok = (c->more || (c->more = PyList_New(0))) && PyList_Append(c->more, obj) == 0;
+    Py_DECREF(obj);
+    return ok;
+}
+
+/* size bytes, pointer-aligned, valid until rs_conv_release(). */
+static void *alloc(struct rs_conv *c, size_t size)
+{
+    size_t n = (size + sizeof(char *) - 1) / sizeof(char *);
+    if (n <= RS_CONV_SLOTS - c->used) {
+        void *p = c->slots + c->used;
+        c->used += n;
+        return p;
+    }
+    if (c->n_blocks == RS_CONV_BLOCKS) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    void *p = PyMem_Malloc(size ? size : 1);
+    if (!p)
+        PyErr_NoMemory();
+    else
+        c->blocks[c->n_blocks++] = p;
+    return p;
+}
+
+void rs_conv_spawn(struct rs_conv *c, struct rs_result *res)
+{
+    Py_BEGIN_ALLOW_THREADS
+    rs_spawn_packed(c->argv, c->exec_list, c->envp, c->cwd, c->keep_fds, c->n_keep_fds,
+                    c->close_first, c->n_close_first, c->stdin_fd, c->stdout_fd, c->stderr_fd,
+                    c->flags, c->close_method, c->umask, c->pgid, c->groups, c->ngroups,
+                    c->gid, c->uid, c->fail_status, res, c->setup);
+    Py_END_ALLOW_THREADS
+    rs_conv_release(c);
+}
+
+/* --- values ---------------------------------------------------------------- */
+
+static PyObject *type_name(PyObject *o)
+{
+    return PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+}
+
+int rs_raise_formatted(PyObject *exc, PyObject *template, PyObject *kwargs, PyObject *arg)
+{
+    PyObject *format = PyObject_GetAttrString(template, "format");
+    PyObject *args = format ? (arg ? PyTuple_Pack(1, arg) : PyTuple_New(0)) : NULL;
+    PyObject *message = args ? PyObject_Call(format, args, kwargs) : NULL;
+    if (message)
+        PyErr_SetObject(exc, message);
+    Py_XDECREF(message);
+    Py_XDECREF(args);
+    Py_XDECREF(format);
+    return 0;
+}
+
+static int is_empty(PyObject *s)
+{
+    return PyUnicode_GetLength(s) == 0;
+}
+
+/* o as a C int the way the entry's int parser takes it (wording w). */
+static int c_int(PyObject *o, PyObject *w, int *out)
+{
+    PyObject *index;
+    int overflow;
+    long v;
+
+    if (PyLong_CheckExact(o)) {
+        v = PyLong_AsLongAndOverflow(o, &overflow);
+        if (!overflow && v >= INT_MIN && v <= INT_MAX) {
+            *out = (int)v;
+            return 1;
+        }
+    }
+    if (PyFloat_Check(o) && !is_empty(PyTuple_GetItem(w, W_FLOAT))) {
+        PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(w, W_FLOAT));
+        return 0;
+    }
+    if (!PyIndex_Check(o) && !is_empty(PyTuple_GetItem(w, W_NO_INDEX))) {
+        PyObject *name = type_name(o);
+        if (name)
+            rs_raise_formatted(PyExc_TypeError, PyTuple_GetItem(w, W_NO_INDEX), NULL, name);
+        Py_XDECREF(name);
+        return 0;
+    }
+    if (!(index = PyNumber_Index(o)))
+        return 0;
+    v = PyLong_AsLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (v == -1 && PyErr_Occurred())
+        return 0;
+    if (!overflow && v >= INT_MIN && v <= INT_MAX) {
+        *out = (int)v;
+        return 1;
+    }
+    enum rs_wording which = W_INT_RANGE;
+    if (is_empty(PyTuple_GetItem(w, W_INT_RANGE)))
+        which = overflow ? W_LONG_RANGE : v > 0 ? W_INT_GREATER : W_INT_LESS;
+    PyErr_SetObject(PyExc_OverflowError, PyTuple_GetItem(w, which));
+    return 0;
+}
+
+/* A uid or gid as _Py_Uid_Converter / _Py_Gid_Converter take it; -1 (also
+ * (uid_t)-1): leave it alone. */
+static int id_value(PyObject *o, const char *what, long long *out)
+{
+    PyObject *index = NULL;
+    int overflow;
+
+    if (!PyFloat_Check(o))
+        index = PyNumber_Index(o);
+    if (!index) {
+        PyObject *name = type_name(o);
+        PyErr_Clear();
+        if (name)
+            PyErr_Format(PyExc_TypeError, "%s should be integer, not %U", what, name);
+        Py_XDECREF(name);
+        return 0;
+    }
+    long v = PyLong_AsLongAndOverflow(index, &overflow);
+    unsigned long u = 0;
+    if (overflow > 0) {
+        u = PyLong_AsUnsignedLong(index);
+        if (u == (unsigned long)-1 && PyErr_Occurred())
+            PyErr_Clear();
+    }
+    Py_DECREF(index);
+    if (!overflow && v == -1 && PyErr_Occurred())
+        return 0;
+    if (!overflow && (v == -1 || v == (long)UINT32_MAX)) {
+        *out = -1;
+        return 1;
+    }
+    if (!overflow && v >= 0 && v < (long)UINT32_MAX) {
+        *out = v;
+        return 1;
+    }
+    PyErr_Format(PyExc_OverflowError, overflow > 0 ? "%s is greater than maximum"
+                                                   : "%s is less than minimum", what);
+    return 0;
+}
+
+/* An fd or number of the engine's own request: an int (not a bool) that fits a C int. */
+static int engine_int(PyObject *o, const char *what, int *out)
+{
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyObject *name = type_name(o);
+        if (name)
+            PyErr_Format(PyExc_TypeError, "%s must be an int, not %U", what, name);
+        Py_XDECREF(name);
+        return 0;
+    }
+    int overflow;
+    long v = PyLong_AsLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return 0;
+    if (overflow || v < INT_MIN || v > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s out of range for a C int: %S", what, o);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+/* One string: bytes with no NUL as they are (their sequence keeps them
+ * alive), else PyUnicode_FSConverter's (str, bytes, os.PathLike); with
+ * bytes_only, bytes alone, as fork_exec's executable list and env. */
+static const char *string(struct rs_conv *c, PyObject *o, int bytes_only)
+{
+    char *s;
+    PyObject *converted;
+
+    if (PyBytes_CheckExact(o) || bytes_only)
+        return PyBytes_AsStringAndSize(o, &s, NULL) < 0 ? NULL : s;  /* NUL: ValueError */
+    if (!PyUnicode_FSConverter(o, &converted))
+        return NULL;
+    if (!keep(c, converted))
+        return NULL;
+    return PyBytes_AsString(converted);
+}
+
+/* seq as a tuple kept alive in c: a list is copied (another thread could
+ * change it while the GIL is released for the spawn); anything else is
+ * iterated (not_a_sequence: PySequence_Fast's refusal, as fork_exec's argv;
+ * bytes_only: PySequence_Size first, as its byte lists). */
+static PyObject *as_tuple(struct rs_conv *c, PyObject *seq, const char *not_a_sequence,
+                          int bytes_only)
+{
+    PyObject *t;
+    if (PyTuple_Check(seq)) {
+        Py_INCREF(seq);
+        t = seq;
+    } else if (PyList_Check(seq)) {
+        t = PyList_AsTuple(seq);
+    } else if (not_a_sequence) {
+        PyObject *fast = PySequence_Fast(seq, not_a_sequence);
+        t = fast && PyList_Check(fast) ? PyList_AsTuple(fast) : fast;
+        if (fast != t)
+            Py_XDECREF(fast);
+    } else {
+        if (bytes_only && PySequence_Size(seq) < 0)
+            return NULL;
+        t = PySequence_Tuple(seq);
+    }
+    return t && keep(c, t) ? t : NULL;
+}
+
+/* seq's strings as a NULL-terminated array. */
+static char **strings(struct rs_conv *c, PyObject *seq, const char *not_a_sequence,
+                      int bytes_only)
+{
+    PyObject *t = as_tuple(c, seq, not_a_sequence, bytes_only);
+    if (!t)
+        return NULL;
+    Py_ssize_t n = PyTuple_Size(t);
+    char **out = alloc(c, ((size_t)n + 1) * sizeof(char *));
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(out[i] = (char *)string(c, PyTuple_GetItem(t, i), bytes_only)))
+            return NULL;
+    out[n] = NULL;
+    return out;
+}
+
+/* The C environment for env=None: counted and copied (environ.c) with
+ * nothing between them that could run Python code, which could change it. */
+static char **environ_copy(struct rs_conv *c)
+{
+    int n = rs_environ_count();
+    char **envp = alloc(c, ((size_t)n + 1) * sizeof(char *));
+    if (envp)
+        rs_environ_snapshot(envp, n);
+    return envp;
+}
+
+/* --- fork_exec's call -------------------------------------------------------- */
+
+static PyObject *param(PyObject *args, const int *pos, enum rs_fork_exec_param p)
+{
+    return pos[p] < 0 ? NULL : PyTuple_GetItem(args, pos[p]);
+}
+
+/* fork_exec's sanity check of its tuple of fds to keep: sorted, unique,
+ * each an int in [0, INT_MAX]. */
+static int fds_to_keep(struct rs_conv *c, PyObject *keep_tuple, int errpipe_write)
+{
+    Py_ssize_t n = PyTuple_Size(keep_tuple);
+    int *fds = alloc(c, (size_t)n * sizeof(int)), count = 0;
+    long prev = -1;
+    if (!fds)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(keep_tuple, i);
+        int overflow = 0;
+        long fd = PyLong_Check(item) ? PyLong_AsLongAndOverflow(item, &overflow) : -1;
+        if (fd < 0 || overflow || fd <= prev || fd > INT_MAX) {
+            PyErr_SetString(PyExc_ValueError, "bad value(s) in fds_to_keep");
+            return 0;
+        }
+        prev = fd;
+        /* The error pipe stays with the parent: the child reports through
+         * shared memory, and the caller writes the pipe. */
+        if (fd != errpipe_write)
+            fds[count++] = (int)fd;
+    }
+    c->keep_fds = fds;
+    c->n_keep_fds = count;
+    return 1;
+}
+
+/* fork_exec's extra_groups: a list of gids; (gid_t)-1 goes to the kernel,
+ * which refuses it in the child (EINVAL), as with CPython. */
+static int extra_groups(struct rs_conv *c, PyObject *groups, PyObject *w)
+{
+    if (!PyList_Check(groups)) {
+        PyErr_SetString(PyExc_TypeError, "setgroups argument must be a list");
+        return 0;
+    }
+    Py_ssize_t n = PyList_Size(groups);
+    if (n > MAX_GROUPS) {
+        PyErr_SetObject(PyExc_ValueError, PyTuple_GetItem(w, W_TOO_MANY_GROUPS));
+        return 0;
+    }
+    unsigned int *out = alloc(c, (size_t)n * sizeof(unsigned int) + 1);
+    if (!out)
+        return 0;
+    for (Py_ssize_t i = 0; i < n && i < PyList_Size(groups); i++) {
+        PyObject *item = PyList_GetItem(groups, i);
+        long long gid;
+        if (!PyLong_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "extra_groups must be integers");
+            return 0;
+        }
+        if (!id_value(item, "gid", &gid)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "invalid group id");
+            return 0;
+        }
+        out[i] = gid < 0 ? UINT32_MAX : (unsigned int)gid;
+    }
+    c->groups = out;
+    c->ngroups = (int)n;
+    return 1;
+}
+
+static int truth(PyObject *o, int *out)
+{
+    return (*out = PyObject_IsTrue(o)) >= 0;
+}
+
+int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_memory_fd,
+                         struct rs_conv *c, int *errpipe_write)
+{
+    static const enum rs_fork_exec_param fd_params[8] = {
+        P_P2CREAD, P_P2CWRITE, P_C2PREAD, P_C2PWRITE,
+        P_ERRREAD, P_ERRWRITE, P_ERRPIPE_READ, P_ERRPIPE_WRITE,
+    };
+    int fds[8], close_fds, restore, setsid, pgid = -1, umask, allow_vfork;
+    int flags_as_int = !is_empty(PyTuple_GetItem(w, W_FLAGS_AS_INT));
+    PyObject *keep_tuple = param(args, pos, P_FDS_TO_KEEP), *o;
+
+    /* Parsed in the order of the parameters. */
+    if (!truth(param(args, pos, P_CLOSE_FDS), &close_fds))
+        return 0;
+    if (!PyTuple_Check(keep_tuple)) {
+        PyObject *name = type_name(keep_tuple);
+        if (name)
+            PyErr_Format(PyExc_TypeError, "fork_exec() argument %d must be tuple, not %U",
+                         pos[P_FDS_TO_KEEP] + 1, name);
+        Py_XDECREF(name);
+        return 0;
+    }
+    for (int i = 0; i < 8; i++)
+        if (!c_int(param(args, pos, fd_params[i]), w, &fds[i]))
+            return 0;
+    if (flags_as_int ? !c_int(param(args, pos, P_RESTORE_SIGNALS), w, &restore)
+                       || !c_int(param(args, pos, P_CALL_SETSID), w, &setsid)
+                     : !truth(param(args, pos, P_RESTORE_SIGNALS), &restore)
+                       || !truth(param(args, pos, P_CALL_SETSID), &setsid))
+        return 0;
+    if ((o = param(args, pos, P_PGID_TO_SET)) && !c_int(o, w, &pgid))
+        return 0;
+    if (!c_int(param(args, pos, P_CHILD_UMASK), w, &umask))
+        return 0;
+    if ((o = param(args, pos, P_ALLOW_VFORK)) && !truth(o, &allow_vfork))
+        return 0;
+
+    /* Then fork_exec's checks and conversions, in its order. */
+    if (close_fds && fds[7] < 3) {
+        PyErr_SetString(PyExc_ValueError, "errpipe_write must be >= 3");
+        return 0;
+    }
+    if (!fds_to_keep(c, keep_tuple, fds[7]))
+        return 0;
+    if (!(c->exec_list = strings(c, param(args, pos, P_EXECUTABLE_LIST), NULL, 1)))
+        return 0;
+    o = param(args, pos, P_ARGS);
+    if (!(c->argv = o == Py_None ? alloc(c, sizeof(char *))
+                                 : strings(c, o, "argv must be a tuple", 0)))
+        return 0;
+    if (o == Py_None)
+        c->argv[0] = NULL;
+    o = param(args, pos, P_ENV);
+    if (!(c->envp = o == Py_None ? environ_copy(c) : strings(c, o, NULL, 1)))
+        return 0;
+    o = param(args, pos, P_CWD);
+    if (o != Py_None && !(c->cwd = string(c, o, 0)))
+        return 0;
+    if ((o = param(args, pos, P_EXTRA_GROUPS)) != Py_None && !extra_groups(c, o, w))
+        return 0;
+    if ((o = param(args, pos, P_GID)) != Py_None && !id_value(o, "gid", &c->gid))
+        return 0;
+    if ((o = param(args, pos, P_UID)) != Py_None && !id_value(o, "uid", &c->uid))
+        return 0;
+
+    /* The parent's ends of the pipes, closed first in the child; an error
+     * pipe kept in memory has no fd to close. */
+    if (!(c->close_first = alloc(c, 4 * sizeof(int))))
+        return 0;
+    const int parent_ends[4] = {fds[1], fds[2], fds[4], fds[6]};
+    for (int i = 0; i < 4; i++)
+        if (parent_ends[i] != -1 && parent_ends[i] < first_memory_fd)
+            c->close_first[c->n_close_first++] = parent_ends[i];
+    c->stdin_fd = fds[0];
+    c->stdout_fd = fds[3];
+    c->stderr_fd = fds[5];
+    c->flags = (close_fds ? RS_F_CLOSE_FDS : 0) | (restore ? RS_F_RESTORE_SIGNALS : 0)
+               | (setsid ? RS_F_SETSID : 0);
+    c->umask = umask;
+    c->pgid = pgid;
+    *errpipe_write = fds[7];
+    return 1;
+}
+
+/* --- the engine's SpawnRequest ---------------------------------------------- */
+
+/* SpawnRequest's fields (rdmaspawn/_native/request.py), in its order. */
+#define REQUEST_FIELDS(X) \
+    X(F_ARGV, argv) X(F_EXEC_LIST, exec_list) X(F_ENV, env) X(F_CWD, cwd) \
+    X(F_STDIN, stdin) X(F_STDOUT, stdout) X(F_STDERR, stderr) \
+    X(F_CLOSE_IN_CHILD, close_in_child) X(F_PASS_FDS, pass_fds) X(F_FLAGS, flags) \
+    X(F_CLOSE_METHOD, close_method) X(F_UMASK, umask) X(F_PGID, pgid) X(F_GROUPS, groups) \
+    X(F_GID, gid) X(F_UID, uid) X(F_FAIL_STATUS, fail_status) X(F_SETUP, setup)
+
+enum field { REQUEST_FIELDS(RS_X_ENUM) N_FIELDS };
+static const char *const field_names[N_FIELDS] = { REQUEST_FIELDS(RS_X_NAME) };
+
+PyObject *rs_names_tuple(const char *const *names, int n)
+{
+    PyObject *out = PyTuple_New(n);
+    for (int i = 0; out && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name || PyTuple_SetItem(out, i, name) < 0) {  /* steals the reference */
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+PyObject *rs_spawn_request_fields(void)
+{
+    return rs_names_tuple(field_names, N_FIELDS);
+}
+
+/* A sequence of fds; skip (-1 for close_in_child) left out; ascending and
+ * non-negative where ascending is set (pass_fds, as engine.spawn() sorts them). */
+static int engine_fds(struct rs_conv *c, PyObject *seq, const char *what, int skip,
+                      int ascending, int **out, int *count)
+{
+    PyObject *t = as_tuple(c, seq, NULL, 0);
+    if (!t)
+        return 0;
+    Py_ssize_t n = PyTuple_Size(t);
+    int *fds = alloc(c, (size_t)n * sizeof(int)), prev = -1;
+    if (!fds)
+        return 0;
+    *count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int fd;
+        if (!engine_int(PyTuple_GetItem(t, i), what, &fd))
+            return 0;
+        if (ascending && fd <= prev) {
+            PyErr_SetString(PyExc_ValueError, "bad value(s) in pass_fds");
+            return 0;
+        }
+        prev = fd;
+        if (fd != skip)
+            fds[(*count)++] = fd;
+    }
+    *out = fds;
+    return 1;
+}
+
+/* An id of the engine's request: None, or an int in [0, UINT32_MAX]. */
+static int engine_id(PyObject *o, const char *what, long long *out)
+{
+    int v;
+    if (o == Py_None)
+        return 1;
+    if (!PyLong_Check(o) || PyBool_Check(o))
+        return engine_int(o, what, &v);   /* its TypeError */
+    long long value = PyLong_AsLongLong(o);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        value = -1;
+    }
+    if (value < 0 || value > (long long)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s out of range: %S", what, o);
+        return 0;
+    }
+    *out = value;
+    return 1;
+}
+
+static int convert_request(PyObject *q, struct rs_conv *c, PyObject **exec_list)
+{
+    PyObject *f[N_FIELDS];
+    int flags;
+
+    for (int i = 0; i < N_FIELDS; i++)
+        f[i] = PyTuple_GetItem(q, i);
+    if (!(c->argv = strings(c, f[F_ARGV], NULL, 0))
+            || !(*exec_list = as_tuple(c, f[F_EXEC_LIST], NULL, 0))
+            || !(c->exec_list = strings(c, *exec_list, NULL, 0))
+            || !(c->envp = f[F_ENV] == Py_None ? environ_copy(c) : strings(c, f[F_ENV], NULL, 0)))
+        return 0;
+    if (f[F_CWD] != Py_None && !(c->cwd = string(c, f[F_CWD], 0)))
+        return 0;
+    if (!engine_int(f[F_STDIN], "stdin", &c->stdin_fd)
+            || !engine_int(f[F_STDOUT], "stdout", &c->stdout_fd)
+            || !engine_int(f[F_STDERR], "stderr", &c->stderr_fd)
+            || !engine_fds(c, f[F_CLOSE_IN_CHILD], "fd", -1, 0, &c->close_first,
+                           &c->n_close_first)
+            || !engine_fds(c, f[F_PASS_FDS], "pass_fds item", -2, 1, &c->keep_fds, &c->n_keep_fds)
+            || !(PyBool_Check(f[F_FLAGS]) ? truth(f[F_FLAGS], &flags)   /* all of them False */
+                                          : engine_int(f[F_FLAGS], "flags", &flags))
+            || !engine_int(f[F_CLOSE_METHOD], "close_method", &c->close_method)
+            || !engine_int(f[F_UMASK], "umask", &c->umask)
+            || (f[F_PGID] != Py_None && !engine_int(f[F_PGID], "pgid", &c->pgid))
+            || !engine_int(f[F_FAIL_STATUS], "fail_status", &c->fail_status))
+        return 0;
+    c->flags = flags;
+    if (f[F_GROUPS] != Py_None) {
+        PyObject *t = as_tuple(c, f[F_GROUPS], NULL, 0);
+        Py_ssize_t n = t ? PyTuple_Size(t) : 0;
+        if (!t || !(c->groups = alloc(c, (size_t)n * sizeof(unsigned int) + 1)))
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long long gid = -1;
+            if (!engine_id(PyTuple_GetItem(t, i), "group", &gid))
+                return 0;
+            c->groups[i] = (unsigned int)gid;
+        }
+        c->ngroups = (int)n;
+    }
+    return engine_id(f[F_GID], "gid", &c->gid) && engine_id(f[F_UID], "uid", &c->uid);
+}
+
+/* engine._spawn_error (set once by engine.py): the SpawnError of a failure. */
+static PyObject *spawn_error;
+
+void rs_set_spawn_error(PyObject *make)
+{
+    PyObject *old = spawn_error;
+    Py_INCREF(make);
+    spawn_error = make;
+    Py_XDECREF(old);
+}
+
+PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject *cwd,
+                               PyObject *exec_list)
+{
+    if (!spawn_error) {
+        PyErr_SetString(PyExc_RuntimeError, "rdmaspawn: no SpawnError maker set");
+        return NULL;
+    }
+    PyObject *exc = PyObject_CallFunction(spawn_error, "iiiiiOO", res->err, res->step,
+                                          res->pid, res->exec_index, flags, cwd, exec_list);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address)
+{
+    struct rs_conv c;
+    struct rs_result res;
+
+    if (!PyTuple_Check(request) || PyTuple_Size(request) != N_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "spawn_request: not a SpawnRequest");
+        return NULL;
+    }
+    void *setup = PyLong_AsVoidPtr(setup_address);
+    if (!setup && PyErr_Occurred())
+        return NULL;
+    PyObject *exec_list = NULL;   /* as converted: a failure's filename is one of its items */
+    rs_conv_init(&c);
+    if (!convert_request(request, &c, &exec_list)) {
+        rs_conv_release(&c);
+        return NULL;
+    }
+    c.setup = setup;
+    int flags = c.flags;
+    Py_INCREF(exec_list);
+    rs_conv_spawn(&c, &res);
+    PyObject *out = NULL;
+    if (res.err)
+        rs_raise_spawn_error(&res, flags, PyTuple_GetItem(request, F_CWD), exec_list);
+    else
+        out = Py_BuildValue("(ii)", res.pid, res.pidfd);
+    Py_DECREF(exec_list);
+    return out;
+}
