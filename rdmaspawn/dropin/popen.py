@@ -162,8 +162,10 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     when it holds none.
 
     A KeyboardInterrupt that arrives while it starts the child is raised
-    once the child has started; as the caller then never gets the Popen, its
-    child is killed and reaped and its pipes closed (see ``interrupts``).
+    once the child has started (at once while it waits for a ``preexec_fn``
+    in a fork() child, as in CPython); as the caller then never gets the
+    Popen, its child is killed and reaped and its pipes closed (see
+    ``interrupts``).
     """
 
     def _execute_child(self, *args: Any, **kwargs: Any) -> None:
