@@ -78,11 +78,13 @@ PyObject *rs_spawn_request_fields(void);
  * None where the request is not plain. */
 PyObject *rs_spawn_request_plain(PyObject *request);
 
-/* rdmaspawn.Popen.__init__ (popen_init.c): base.__init__ (subprocess.Popen's)
- * with SIGINT held back, for instances of popen itself without setup
- * keywords; any other call is handed to slow, the Python __init__. */
-PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *slow,
-                            PyObject *setup_keywords, PyObject *getsignal,
+/* The body of rdmaspawn.Popen.__init__ (popen_init.c): base.__init__
+ * (subprocess.Popen's) with SIGINT held back, for instances of popen itself
+ * with the setup keywords at their defaults; prepare(self, *values) makes
+ * any other call. layout: (npositional, kwonly_names, kwonly_defaults,
+ * setup_defaults). */
+PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *prepare,
+                            PyObject *layout, PyObject *getsignal,
                             PyObject *raise_signal);
 
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */

@@ -20,7 +20,7 @@ from .._child.recognize import as_setup
 from .._native import capi as _capi
 from .._native import engine as _engine
 from .._native import request as _request
-from . import arguments
+from . import arguments, interrupts
 from . import cpython as _cpython
 from . import errpipe as _errpipe
 from . import wrapping as _wrapping
@@ -120,6 +120,7 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
             _refuse_preexec_fn(call.preexec_fn)
         # No DONTFORK memory a fork() child trips on: fork() is safe, and only
         # it can run Python code in the child. Behave exactly as CPython does.
+        interrupts.lift()
         if _errpipe.is_memory(call.errpipe_write):  # CPython's child needs a real one
             return _errpipe.call_with_real_pipe(owner.__wrapped__, args, internals.params)
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]
