@@ -77,11 +77,10 @@ spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields
 #: exec_index)``, or None where it is not plain.
 spawn_request_plain: Callable[[tuple[Any, ...]], tuple[int, int, int, int, int] | None] = \
     _c.spawn_request_plain
-#: ``popen_init_new(base, popen, slow, setup_keywords, getsignal,
-#: raise_signal)``: csrc/python/popen_init.c, rdmaspawn.Popen's ``__init__``
-#: (``base.__init__`` with SIGINT held back, for instances of ``popen``) as a
-#: method descriptor; any call it does not take goes to ``slow``, the Python
-#: one.
+#: ``popen_init_new(base, popen, prepare, layout, getsignal, raise_signal)``:
+#: csrc/python/popen_init.c, the body of rdmaspawn.Popen's ``__init__``
+#: (``base.__init__`` with SIGINT held back, for exact instances of ``popen``
+#: given no setup keyword); ``prepare`` makes any other call's arguments.
 popen_init_new: Callable[..., Any] = _c.popen_init_new
 #: ``errpipe_calls(pipes, os, first_fd, guard_mark)``: csrc/python/errpipe.c,
 #: the (pipe, read, close) of dropin.errpipe's pipes.
