@@ -1,17 +1,18 @@
 """``Popen._execute_child``: CPython's own, with its error pipe in memory.
 
 The method is compiled again from this CPython's own ``Lib/subprocess.py``,
-with four calls changed and nothing else: ``os.pipe()`` that makes the error
+with five calls changed and nothing else: ``os.pipe()`` that makes the error
 pipe, the two ``os.close()`` of its ends and the ``os.read()`` of it become
 calls of ``dropin/errpipe.py``'s ``CALLS`` (which says why); the pipe call
-is given the ``fork_exec`` the method is about to call, and makes a real
-pipe for any that is not rdmaspawn's. Every other line, the line numbers
+is given the ``fork_exec`` the method is about to call, makes a real pipe
+for any that is not rdmaspawn's, and hands back that fork_exec, which the
+fifth change, the call of fork_exec, then calls. Every other line, the line numbers
 and the file name in a traceback included, is CPython's. rdmaspawn.Popen
 runs it with its own globals, and CPython's Popen under ``patch()`` with
 subprocess's.
 
 It is used only where that is certain: the source on disk, compiled
-unchanged, must give exactly the method's own code, and each of the four
+unchanged, must give exactly the method's own code, and each of the five
 calls must appear once. Otherwise (no source file, a CPython that reads its
 pipe some other way) :func:`code` returns None and the method stays
 CPython's, with a real pipe. Reading and compiling twice cost about 6 ms on
@@ -33,12 +34,22 @@ __all__ = ["NAMES", "code", "method"]
 NAMES = ("_rdmaspawn_errpipe_pipe", "_rdmaspawn_errpipe_read", "_rdmaspawn_errpipe_close")
 
 
+#: The local that holds the fork_exec the pipe was made for.
+_CALLEE = "_rdmaspawn_fork_exec"
+
+
 def _changes(fork_exec: str) -> tuple[tuple[str, str], ...]:
     """Each call, as CPython writes it, and what it becomes; ``fork_exec`` is
-    the expression through which the method calls fork_exec."""
+    the expression through which the method calls fork_exec.
+
+    The pipe call also returns the fork_exec it was made for, and the method
+    calls that one: looked up again, it may no longer be (``unpatch()`` in
+    another thread), and CPython's would be handed a pipe it cannot use.
+    """
     return (
+        (f"{fork_exec}(", f"{_CALLEE}("),
         ("errpipe_read, errpipe_write = os.pipe()",
-         f"errpipe_read, errpipe_write = {NAMES[0]}({fork_exec})"),
+         f"errpipe_read, errpipe_write, {_CALLEE} = {NAMES[0]}({fork_exec})"),
         ("os.close(errpipe_write)", f"{NAMES[2]}(errpipe_write)"),
         ("os.read(errpipe_read, ", f"{NAMES[1]}(errpipe_read, "),
         ("os.close(errpipe_read)", f"{NAMES[2]}(errpipe_read)"),
@@ -131,7 +142,7 @@ def _recompiled(func: Callable[..., Any]) -> types.CodeType | None:
 def method(func: Callable[..., Any]) -> Callable[..., Any] | None:
     """``func`` (CPython's ``Popen._execute_child``) with its error pipe in
     memory, its own globals, defaults and names; None as :func:`code`. Its
-    globals need :data:`NAMES` (``patch()`` puts them there)."""
+    globals need :data:`NAMES` (``patch()`` puts them there, for good)."""
     changed = code(func)
     if changed is None:
         return None
