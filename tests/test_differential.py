@@ -178,3 +178,41 @@ def test_popen_same_as_cpython(worker: _Worker, request: tuple) -> None:
 def test_spawnv_same_as_cpython(worker: _Worker, request: tuple) -> None:
     """os.spawnv* on the engine returns or raises exactly as CPython's."""
     _check(worker, request)
+
+
+#: Values Popen's three flags may be given: bools, other ints, falsy and
+#: truthy non-ints, a number past a C int. What each CPython accepts differs
+#: (Argument Clinic's bool on 3.12+ takes any truth value; "i" before takes
+#: ints that fit a C int, where posix_spawn's path takes any truth value).
+_FLAG_VALUES = [None, 0, 0.0, 1, True, False, "yes", "", 1.5, 2**40, -1]
+#: "/bin/true" takes posix_spawn's path where CPython would (close_fds falsy,
+#: or 3.13+); "true" is searched on PATH and always takes fork_exec's.
+_FLAG_PROGRAMS = (["/bin/true"], ["true"])
+
+
+def _flag_outcome(popen_class: type, program: list[str], flag: str, value: object) -> tuple:
+    try:
+        proc = popen_class(program, **{flag: value})
+    except Exception as exc:  # noqa: BLE001 - compared as it comes
+        return (type(exc).__name__, str(exc))
+    return ("exited", proc.wait())
+
+
+@pytest.mark.parametrize("flag", ["close_fds", "restore_signals", "start_new_session"])
+def test_flag_values_same_as_cpython(flag: str) -> None:
+    """Each value of close_fds, restore_signals and start_new_session, through
+    rdmaspawn.Popen and through subprocess.Popen under patch(), is taken or
+    refused exactly as this CPython's own subprocess takes or refuses it (the
+    same exception type and message, else the same exit status)."""
+    import rdmaspawn
+
+    differ = []
+    for program in _FLAG_PROGRAMS:
+        for value in _FLAG_VALUES:
+            stock = _flag_outcome(subprocess.Popen, program, flag, value)
+            ours = _flag_outcome(rdmaspawn.Popen, program, flag, value)
+            with rdmaspawn.patched():
+                patched = _flag_outcome(subprocess.Popen, program, flag, value)
+            if not stock == ours == patched:
+                differ.append((program[0], value, stock, ours, patched))
+    assert differ == []
