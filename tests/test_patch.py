@@ -119,18 +119,18 @@ def test_a_spawn_beside_unpatch_runs_once_as_cpythons_would():
     out = run_json("""
         import collections, json, sys, threading, subprocess, rdmaspawn
         sys.setswitchinterval(1e-6)  # a switch between any two bytecodes
-        seen = collections.Counter()
+        seen = []  # list.append is atomic; a Counter's += is not, at this interval
         done = threading.Event()
         def spawn(n):
             for i in range(300):
                 fail = (i + n) % 3 == 0
                 try:
                     p = subprocess.Popen(["/bin/true"], cwd="/no-such-dir" if fail else "/")
-                    seen["exited %d" % p.wait()] += 1
+                    seen.append("exited %d" % p.wait())
                 except FileNotFoundError as exc:
-                    seen["FileNotFoundError" if fail else repr(exc)] += 1
+                    seen.append("FileNotFoundError" if fail else repr(exc))
                 except Exception as exc:
-                    seen[repr(exc)[:120]] += 1
+                    seen.append(repr(exc)[:120])
         def flip():
             while not done.is_set():
                 with rdmaspawn.patched():
@@ -140,7 +140,7 @@ def test_a_spawn_beside_unpatch_runs_once_as_cpythons_would():
         ts = [threading.Thread(target=spawn, args=(n,)) for n in range(3)]
         [t.start() for t in ts]; [t.join() for t in ts]
         done.set(); flipper.join()
-        print(json.dumps(seen))
+        print(json.dumps(collections.Counter(seen)))
     """)
     assert out == {"exited 0": 600, "FileNotFoundError": 300}
 
