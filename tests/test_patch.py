@@ -122,7 +122,7 @@ def test_a_spawn_beside_unpatch_runs_once_as_cpythons_would():
         seen = []  # list.append is atomic; a Counter's += is not, at this interval
         done = threading.Event()
         def spawn(n):
-            for i in range(300):
+            for i in range(600):
                 fail = (i + n) % 3 == 0
                 try:
                     p = subprocess.Popen(["/bin/true"], cwd="/no-such-dir" if fail else "/")
@@ -142,7 +142,7 @@ def test_a_spawn_beside_unpatch_runs_once_as_cpythons_would():
         done.set(); flipper.join()
         print(json.dumps(collections.Counter(seen)))
     """)
-    assert out == {"exited 0": 600, "FileNotFoundError": 300}
+    assert out == {"exited 0": 1200, "FileNotFoundError": 600}
 
 
 def test_a_wrapper_of_the_patched_method_still_spawns_after_unpatch():
