@@ -47,6 +47,7 @@ __all__ = [
     "Internals",
     "PosixSpawn",
     "UnsupportedPython",
+    "c_flag",
     "c_int",
     "current",
     "errpipe_calls",
@@ -233,6 +234,10 @@ class Internals(NamedTuple):
     #: Where Popen() takes preexec_fn positionally (after args, bufsize,
     #: executable and the three standard streams), from its code object.
     preexec_fn_position: int = -1
+    #: fork_exec takes restore_signals and call_setsid by their truth, any
+    #: value (Argument Clinic's bool, 3.12+), not as C ints ("i", 3.9-3.11),
+    #: asked (_flags_by_truth). close_fds is taken by its truth everywhere.
+    flags_by_truth: bool = False
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
@@ -300,6 +305,37 @@ def _fork_exec_parser(wanted: int) -> str:
     return ""
 
 
+class _Asked(Exception):
+    pass
+
+
+class _FlagProbe:
+    """Says which conversion fork_exec asks of it, by raising."""
+
+    def __bool__(self) -> bool:
+        raise _Asked("bool")
+
+    def __index__(self) -> int:
+        raise _Asked("index")
+
+
+def _flags_by_truth(params: tuple[str, ...]) -> bool:
+    """Whether fork_exec takes restore_signals by its truth: a call whose
+    arguments before it are valid, and restore_signals a probe, stops at its
+    conversion, before anything starts (both parsers convert in order)."""
+    valid = {"args": [b"x"], "executable_list": [b"x"], "close_fds": True,
+             "fds_to_keep": (), "cwd": None, "env_list": None}
+    call = [valid.get(name, -1) for name in params[:params.index("restore_signals")]]
+    try:
+        innermost(_posixsubprocess.fork_exec)(*call, _FlagProbe(),
+                                             *[None] * (len(params) - len(call) - 1))
+    except _Asked as asked:
+        return bool(asked.args[0] == "bool")
+    except Exception:  # noqa: BLE001 - an earlier argument refused: unknown, as "i"
+        return False
+    raise AssertionError("fork_exec took a probe")  # pragma: no cover
+
+
 def _looked_up(internals: Internals) -> Internals:
     """``internals`` with the rows a patch release, a build or a distribution
     can change read from this CPython (Debian 12's 3.11.2 has no _get_handles
@@ -327,6 +363,7 @@ def _looked_up(internals: Internals) -> Internals:
         # (not inspect, which start-up does without); -1 where it has none.
         preexec_fn_position=(init_names.index("preexec_fn") - 1 if "preexec_fn" in init_names
                              else -1),
+        flags_by_truth=_flags_by_truth(internals.params),
     )
 
 
@@ -633,3 +670,11 @@ def c_int(value: Any, parser: str) -> int:
     if value > 0:
         raise OverflowError("signed integer is greater than maximum")
     raise OverflowError("signed integer is less than minimum")
+
+
+def c_flag(value: Any, internals: Internals) -> bool:
+    """fork_exec's ``restore_signals`` or ``call_setsid`` as this CPython takes
+    it: any value's truth, or a C int (CPython's errors), non-zero for true."""
+    if internals.flags_by_truth:
+        return bool(value)
+    return c_int(value, internals.int_parser) != 0

@@ -127,13 +127,19 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
 
     # Convert and check as fork_exec does, in its order: the ints as it
     # parses its arguments, then its preconditions, strings, ids.
-    ints: tuple[Any, ...] = call[6:14] + (call.pgid_to_set, call.child_umask)
-    if not _plain_c_ints(ints):  # the usual case skips the converter
-        c_int, parser = _cpython.c_int, internals.int_parser
-        ints = tuple(c_int(value, parser) for value in ints)
+    close_fds = bool(call.close_fds)
+    c_int, parser = _cpython.c_int, internals.int_parser
+    fds: tuple[Any, ...] = call[6:14]
+    if not _plain_c_ints(fds):  # the usual case skips the converter
+        fds = tuple(c_int(value, parser) for value in fds)
+    restore_signals = _cpython.c_flag(call.restore_signals, internals)
+    call_setsid = _cpython.c_flag(call.call_setsid, internals)
+    pgid, umask = call.pgid_to_set, call.child_umask
+    if not _plain_c_ints((pgid, umask)):
+        pgid, umask = c_int(pgid, parser), c_int(umask, parser)
     (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, errpipe_read,
-     errpipe_write, pgid, umask) = ints
-    if call.close_fds and errpipe_write < 3:
+     errpipe_write) = fds
+    if close_fds and errpipe_write < 3:
         raise ValueError("errpipe_write must be >= 3")
     arguments.check_fds_to_keep(call.fds_to_keep)
     # The error pipe stays with the parent: the engine's child reports
@@ -141,9 +147,9 @@ def _fork_exec_python(owner: Any, *args: Any) -> int:
     keep = [fd for fd in call.fds_to_keep if fd != errpipe_write]
     parent_ends = tuple(fd for fd in (p2cwrite, c2pread, errread, errpipe_read)
                         if not _errpipe.is_memory(fd))
-    flags = ((call.close_fds and _request.CLOSE_FDS)
-             | (call.restore_signals and _request.RESTORE_SIGNALS)
-             | (call.call_setsid and _request.SETSID))
+    flags = ((_request.CLOSE_FDS if close_fds else 0)
+             | (_request.RESTORE_SIGNALS if restore_signals else 0)
+             | (_request.SETSID if call_setsid else 0))
     try:
         groups = arguments.convert_groups(call.extra_groups, internals.too_many_groups)
         gid = arguments.convert_id(call.gid, "gid")
