@@ -37,6 +37,12 @@ _REPORT = textwrap.dedent("""\
 """)
 
 
+def _can_import(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def env_with(value: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RDMASPAWN"}
     if value is not None:
@@ -500,3 +506,52 @@ def test_a_program_that_closes_every_descriptor_keeps_the_ones_it_opens_after() 
     out = json.loads(r.stdout)
     assert out["ran"] == 0 and out["read"] == [1, 1, 1], out
     assert out["numbers"] == [3, 4, 5], out  # the lowest: the markers' numbers among them
+
+
+_SUBINTERPRETER = r"""
+import json, os, subprocess, sys
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+from rdmaspawn._host.procfs import parse_maps, read_maps
+from rdmaspawn.tools.doctor.inforce import from_mappings
+interp = interpreters.create()
+interpreters.run_string(interp, '''
+import json, subprocess, sys
+ran = subprocess.run(["/bin/true"]).returncode
+print(json.dumps([ran, "rdmaspawn._rdmaspawn_cffi" in sys.modules]), flush=True)
+''')
+seen = from_mappings(parse_maps(read_maps(os.getpid())))
+alive = [seen.protection, seen.unprotected, seen.text()]
+interpreters.destroy(interp)
+seen = from_mappings(parse_maps(read_maps(os.getpid())))
+print(json.dumps({"alive": alive, "gone": [seen.protection, seen.unprotected],
+                  "main": subprocess.run(["/bin/true"]).returncode}))
+"""
+
+
+@pytest.mark.skipif(not any(_can_import(m) for m in ("_interpreters", "_xxsubinterpreters")),
+                    reason="this CPython has no sub-interpreters to create")
+def test_a_subinterpreter_that_cannot_load_the_core_says_it_is_not_protected() -> None:
+    """Under ``on``, a sub-interpreter that cannot load the core (3.12+'s,
+    for a single-phase extension module) runs its first spawn unpatched and
+    says so in one line, and the patch's marker it mapped at start-up now
+    tells the doctor the process is not protected, and why, while that
+    sub-interpreter lives. One that loads it (3.9-3.11) is patched and says
+    nothing. Nothing crashes; the main interpreter's spawns stay patched."""
+    r = python("-c", _SUBINTERPRETER, value="on")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    ran, loaded = json.loads(lines[0])
+    assert ran == 0, r.stdout
+    assert loaded == (sys.version_info < (3, 12)), r.stdout
+    out = json.loads(lines[-1])
+    said = [line for line in r.stderr.splitlines() if line.startswith("rdmaspawn:")]
+    if loaded:
+        assert out["alive"][:2] == ["protected", None] and said == [], (out, said)
+    else:
+        assert out["alive"][:2] == ["not protected", "subinterpreter"], out
+        assert "sub-interpreter" in out["alive"][2], out
+        assert len(said) == 1 and "this sub-interpreter starts are not protected" in said[0], said
+    assert out["gone"] == ["protected", None] and out["main"] == 0, out

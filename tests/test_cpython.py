@@ -40,11 +40,13 @@ def test_get_handles_cleanup_is_this_cpythons():
 
 def test_rows_a_patch_release_can_change_are_not_in_the_table():
     """home, chdir_tag, posix_spawn_str_nul, get_handles_cleans_up, int_parser,
-    wrong_count, too_many_groups and posix_spawn_environ come from the running
-    CPython only: no TABLE entry holds a value for them (issue 48)."""
+    wrong_count, too_many_groups, posix_spawn_environ and flags_by_truth come
+    from the running CPython only: no TABLE entry holds a value for them
+    (issue 48)."""
     looked_up = ("home", "chdir_tag", "posix_spawn_str_nul", "get_handles_cleans_up",
                  "int_parser", "wrong_count", "too_many_groups", "posix_spawn_environ",
-                 "posix_spawn", "posix_spawn_differs", "preexec_fn_position")
+                 "posix_spawn", "posix_spawn_differs", "preexec_fn_position",
+                 "flags_by_truth")
     for version, internals in _cpython.TABLE.items():
         for row in looked_up:
             assert getattr(internals, row) == _cpython.Internals._field_defaults[row], version

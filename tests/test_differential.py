@@ -178,3 +178,107 @@ def test_popen_same_as_cpython(worker: _Worker, request: tuple) -> None:
 def test_spawnv_same_as_cpython(worker: _Worker, request: tuple) -> None:
     """os.spawnv* on the engine returns or raises exactly as CPython's."""
     _check(worker, request)
+
+
+#: Values Popen's three flags may be given: bools, other ints, falsy and
+#: truthy non-ints, a number past a C int. What each CPython accepts differs
+#: (Argument Clinic's bool on 3.12+ takes any truth value; "i" before takes
+#: ints that fit a C int, where posix_spawn's path takes any truth value).
+_FLAG_VALUES = [None, 0, 0.0, 1, True, False, "yes", "", 1.5, 2**40, -1]
+#: "/bin/true" takes posix_spawn's path where CPython would (close_fds falsy,
+#: or 3.13+); "true" is searched on PATH and always takes fork_exec's.
+_FLAG_PROGRAMS = (["/bin/true"], ["true"])
+
+
+def _flag_outcome(popen_class: type, program: list[str], flag: str, value: object) -> tuple:
+    try:
+        proc = popen_class(program, **{flag: value})
+    except Exception as exc:  # noqa: BLE001 - compared as it comes
+        return (type(exc).__name__, str(exc))
+    return ("exited", proc.wait())
+
+
+@pytest.mark.parametrize("flag", ["close_fds", "restore_signals", "start_new_session"])
+def test_flag_values_same_as_cpython(flag: str) -> None:
+    """Each value of close_fds, restore_signals and start_new_session, through
+    rdmaspawn.Popen and through subprocess.Popen under patch(), is taken or
+    refused exactly as this CPython's own subprocess takes or refuses it (the
+    same exception type and message, else the same exit status)."""
+    import rdmaspawn
+
+    differ = []
+    for program in _FLAG_PROGRAMS:
+        for value in _FLAG_VALUES:
+            stock = _flag_outcome(subprocess.Popen, program, flag, value)
+            ours = _flag_outcome(rdmaspawn.Popen, program, flag, value)
+            with rdmaspawn.patched():
+                patched = _flag_outcome(subprocess.Popen, program, flag, value)
+            if not stock == ours == patched:
+                differ.append((program[0], value, stock, ours, patched))
+    assert differ == []
+
+
+def test_spawnv_conversion_errors_same_as_cpython() -> None:
+    """os.spawn* under patch(), P_WAIT and P_NOWAIT: what CPython checks
+    before it forks (argv's type, argv[0] empty or whose truth raises) raises
+    in the caller; anything raised converting the rest (a __fspath__ that
+    raises, OSError included; an env mapping whose keys() raise, or holding
+    values of the wrong type; a PATH search over such an env) raises in
+    CPython's forked child, which exits 127: the same here."""
+    from helpers.child import run_json
+
+    out = run_json("""
+        import json, os, rdmaspawn
+
+        class Path:
+            def __init__(self, exc): self.exc = exc
+            def __fspath__(self): raise self.exc
+
+        class BadKeys(dict):
+            def keys(self): raise RuntimeError("keys")
+
+        class BadTruth(str):
+            def __bool__(self): raise RuntimeError("truth")
+
+        CASES = [
+            ("spawnv", "/bin/true", ["true"]),
+            ("spawnv", "/bin/false", ["false"]),
+            ("spawnv", "/bin/true", "true"),
+            ("spawnv", "/bin/true", []),
+            ("spawnv", "/bin/true", [""]),
+            ("spawnv", "/bin/true", [BadTruth("x")]),
+            ("spawnv", Path(RuntimeError("x")), ["true"]),
+            ("spawnv", Path(OSError(5, "x")), ["true"]),
+            ("spawnv", "/bin/true", ["true", Path(OSError(5, "x"))]),
+            ("spawnv", "/bin/true", [Path(KeyError("x"))]),
+            ("spawnve", "/bin/true", ["true"], BadKeys(A="1")),
+            ("spawnve", "/bin/true", ["true"], {"A": Path(OSError(5, "x"))}),
+            ("spawnve", "/bin/true", ["true"], {"A": 1}),
+            ("spawnve", "/bin/true", ["true"], {"A": [1]}),
+            ("spawnve", "/bin/true", ["true"], 3),
+            ("spawnvp", Path(OSError(5, "x")), ["true"]),
+            ("spawnvpe", "true", ["true"], BadKeys(PATH="/bin")),
+            ("spawnvpe", "true", ["true"], {"PATH": Path(LookupError("x"))}),
+            ("spawnvpe", "true", ["true"], {"PATH": "/bin"}),
+        ]
+
+        def outcome(mode, name, *args):
+            try:
+                got = getattr(os, name)(mode, *args)
+            except Exception as exc:
+                return [type(exc).__name__, str(exc)]
+            if mode == os.P_NOWAIT:
+                got = os.waitstatus_to_exitcode(os.waitpid(got, 0)[1])
+            return ["exited", got]
+
+        differ = []
+        for mode in (os.P_WAIT, os.P_NOWAIT):
+            for case in CASES:
+                stock = outcome(mode, *case)
+                with rdmaspawn.patched():
+                    ours = outcome(mode, *case)
+                if ours != stock:
+                    differ.append([mode, repr(case), stock, ours])
+        print(json.dumps(differ))
+    """)
+    assert out == []

@@ -306,7 +306,7 @@ def test_all_cli_text_and_json_lines() -> None:
     assert any(f["kind"] == "arena" for f in by_pid[bad.pid]["overlaps"])
     assert by_pid[shm.pid]["rdmaspawn"] == {
         "engine": None, "protection": "not protected", "protected_by": [], "patched": False,
-        "guarded": None, "repaired": False}
+        "guarded": None, "repaired": False, "unprotected": None}
     assert clean.pid not in by_pid
     summary = objs[-1]
     assert summary["type"] == "summary" and summary["hazardous"] >= 2

@@ -127,7 +127,8 @@ def _no_pipe() -> tuple[int, int]:
 def test_patch_puts_the_method_in_place_and_unpatch_takes_it_off(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Under patch(), CPython's Popen makes no pipe of its own either; after
-    unpatch() its method and module are as they were."""
+    unpatch() its method is as it was, and the module keeps only the calls'
+    names (a spawn still inside the method looks them up)."""
     cpython_method = subprocess.Popen.__dict__["_execute_child"]
     names = set(vars(subprocess))
     with rdmaspawn.patched():
@@ -140,7 +141,7 @@ def test_patch_puts_the_method_in_place_and_unpatch_takes_it_off(
             m.setattr(os, "pipe", _no_pipe)
             assert subprocess.Popen(TRUE, **VIA_FORK_EXEC).wait() == 0
     assert subprocess.Popen.__dict__["_execute_child"] is cpython_method
-    assert set(vars(subprocess)) == names
+    assert set(vars(subprocess)) == names | set(execute_child.NAMES)
 
 
 def test_a_fork_exec_not_rdmaspawns_gets_a_real_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,11 +207,12 @@ def test_the_calls_on_their_own() -> None:
     closed end is EBADF; a number below FIRST_FD is os's."""
     assert errpipe.CALLS is not None
     pipe, read, close = errpipe.CALLS
-    real_r, real_w = pipe(os.fork)  # not a fork_exec of rdmaspawn's: a real pipe
-    assert not errpipe.is_memory(real_r) and os.fstat(real_r)
+    real_r, real_w, callee = pipe(os.fork)  # not a fork_exec of rdmaspawn's: a real pipe
+    assert not errpipe.is_memory(real_r) and os.fstat(real_r) and callee is os.fork
     close(real_r)
     close(real_w)
-    r, w = pipe(_ours())
+    r, w, callee = pipe(_ours())
+    assert callee is _ours()
     assert r >= errpipe.FIRST_FD and w == r + 1 and errpipe.is_memory(r)
     assert read(r, 10) == b""
     assert errpipe.write(w, b"OSError:2:") == 10
@@ -240,7 +242,7 @@ def test_an_exception_during_the_real_pipes_read_is_raised_by_read() -> None:
     once, where CPython's own os.read() of the pipe would have raised it."""
     assert errpipe.CALLS is not None
     pipe, read, close = errpipe.CALLS
-    r, _ = pipe(_ours())
+    r, _, _ = pipe(_ours())
     errpipe._pipes[r] = KeyboardInterrupt()
     with pytest.raises(KeyboardInterrupt):
         read(r, 50000)
@@ -291,14 +293,16 @@ METHOD = f"""
 
 
 def test_code_is_made_only_with_certainty(tmp_path: Path) -> None:
-    """A method whose source compiles to its own code gets the four calls
-    changed; one whose file no longer matches it, or that lacks a call, or
-    has one twice, or names the pipe in one more statement, gets None (Popen
-    then runs CPython's, with a real pipe)."""
+    """A method whose source compiles to its own code gets the five calls
+    changed (fork_exec called as the pipe call hands it back); one whose
+    file no longer matches it, or that lacks a call (fork_exec's too), or has
+    one twice, or names the pipe in one more statement, gets None (Popen then
+    runs CPython's, with a real pipe)."""
     good = _module_from(tmp_path, "errpipe_good", METHOD)
     code = execute_child.code(good.Popen._execute_child)
     assert code is not None
     assert set(execute_child.NAMES) <= set(code.co_names)
+    assert "_rdmaspawn_fork_exec" in code.co_varnames
     assert code.co_firstlineno == good.Popen._execute_child.__code__.co_firstlineno
 
     changed = _module_from(tmp_path, "errpipe_changed", METHOD)
@@ -309,6 +313,11 @@ def test_code_is_made_only_with_certainty(tmp_path: Path) -> None:
     lacking = _module_from(tmp_path, "errpipe_lacking",
                            METHOD.replace("part = os.read(errpipe_read, 50000)", "part = b''"))
     assert execute_child.code(lacking.Popen._execute_child) is None
+
+    no_call = _module_from(tmp_path, "errpipe_no_call", METHOD.replace(
+        f"self.pid = {_CALL}(\n                    errpipe_read, errpipe_write)",
+        f"self.pid = {_CALL}"))
+    assert execute_child.code(no_call.Popen._execute_child) is None
 
     twice = _module_from(tmp_path, "errpipe_twice", METHOD.replace(
         "os.close(errpipe_write)", "os.close(errpipe_write)\n                os.close(errpipe_write)"))

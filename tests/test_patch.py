@@ -108,3 +108,61 @@ def test_module_is_a_drop_in_for_subprocess():
         "getstatusoutput": [3, "x"], "call": 4, "check_call": 1, "timeout": True,
         "same_exceptions": True,
     }
+
+
+def test_a_spawn_beside_unpatch_runs_once_as_cpythons_would():
+    """unpatch() (the end of ``with patched():``) in one thread while others
+    are inside subprocess.Popen: every spawn starts its child once and ends
+    as CPython's would, a failure before exec included (the error pipe and
+    the fork_exec it serves always agree), never a NameError after the
+    child ran."""
+    out = run_json("""
+        import collections, json, sys, threading, subprocess, rdmaspawn
+        sys.setswitchinterval(1e-6)  # a switch between any two bytecodes
+        seen = []  # list.append is atomic; a Counter's += is not, at this interval
+        done = threading.Event()
+        def spawn(n):
+            for i in range(600):
+                fail = (i + n) % 3 == 0
+                try:
+                    p = subprocess.Popen(["/bin/true"], cwd="/no-such-dir" if fail else "/")
+                    seen.append("exited %d" % p.wait())
+                except FileNotFoundError as exc:
+                    seen.append("FileNotFoundError" if fail else repr(exc))
+                except Exception as exc:
+                    seen.append(repr(exc)[:120])
+        def flip():
+            while not done.is_set():
+                with rdmaspawn.patched():
+                    pass
+        flipper = threading.Thread(target=flip)
+        flipper.start()
+        ts = [threading.Thread(target=spawn, args=(n,)) for n in range(3)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        done.set(); flipper.join()
+        print(json.dumps(collections.Counter(seen)))
+    """)
+    assert out == {"exited 0": 1200, "FileNotFoundError": 600}
+
+
+def test_a_wrapper_of_the_patched_method_still_spawns_after_unpatch():
+    """A wrapper of Popen._execute_child put on under patch() (functools.wraps
+    keeps what it wraps; the wrapper calls its own reference) still spawns
+    after unpatch(): as CPython's, a failed exec raised as CPython raises it."""
+    out = run_json("""
+        import functools, json, subprocess, rdmaspawn
+        rdmaspawn.patch()
+        inner = subprocess.Popen._execute_child
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            return inner(*args, **kwargs)
+        subprocess.Popen._execute_child = wrapper
+        rdmaspawn.unpatch()
+        out = [subprocess.Popen(["/bin/true"], cwd="/").wait()]
+        try:
+            subprocess.Popen(["/bin/true"], cwd="/no-such-dir")
+        except Exception as exc:
+            out.append([type(exc).__name__, exc.errno, exc.filename])
+        print(json.dumps(out))
+    """)
+    assert out == [0, ["FileNotFoundError", 2, "/no-such-dir"]]

@@ -1,43 +1,48 @@
-"""rdmaspawn.Popen.__init__ and _wait as CPython's callers and subclasses
-meet them: the C __init__ (csrc/python/popen_init.c) takes rdmaspawn.Popen's
-own plain calls, and anything else reaches the Python one, whose super()
-finds whatever the MRO puts between rdmaspawn.Popen and CPython's Popen."""
+"""rdmaspawn.Popen.__init__ and _wait as CPython's callers, subclasses and
+introspection meet them: __init__ is a Python function with CPython's
+parameters and the setup keywords, whose body (csrc/python/popen_init.c)
+calls CPython's __init__ for rdmaspawn.Popen's own plain calls, and for any
+other the next __init__ in the MRO, as super() finds it."""
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 import subprocess
 import sys
+import typing
+from unittest import mock
 
 import pytest
 
 import rdmaspawn
-from rdmaspawn.dropin import popen
+from rdmaspawn._child.model import build
+from rdmaspawn.dropin import popen, setupkeywords
 
 TRUE = [sys.executable, "-c", "pass"]
+_STOCK_INIT = subprocess.Popen.__init__
 
 
-def test_the_c_init_is_in_force() -> None:
+def test_the_init_is_one_python_function_around_the_c_body() -> None:
+    """__init__ is a Python function whose one statement calls the C body
+    (csrc/python/popen_init.c): the hold around CPython's __init__ costs no
+    Python frame of its own."""
     init = rdmaspawn.Popen.__dict__["__init__"]
-    assert init is not popen._init_python
-    assert (init.__name__, init.__qualname__) == ("__init__", "Popen.__init__")
-    assert init.__wrapped__ is popen._init_python
-    with_python_init = type("P", (), {"__init__": popen._init_python})
-    assert inspect.signature(rdmaspawn.Popen) == inspect.signature(with_python_init)
+    assert type(init) is type(_STOCK_INIT)
+    assert type(init.__globals__["_init_body"]).__name__ == "Popen_init"
+    assert init.__globals__ is vars(popen)
 
 
 def test_unwrapping_a_bound_init_keeps_the_binding() -> None:
-    """inspect.unwrap() stops at the C __init__ bound to the class or to an
-    instance, as at a function's: CPython 3.13.5's inspect.signature(cls)
-    unwraps the bound __init__ that the descriptor returns (gh-119605; 3.13.0
-    does not), and following __wrapped__ from there reached the plain Python
-    __init__: (self, *args, **kwargs) (issue 48, item 4)."""
+    """inspect.unwrap() of the __init__ bound to the class or to an instance
+    is itself, as CPython's: 3.13.5's inspect.signature(cls) unwraps the
+    bound __init__ that the descriptor returns (gh-119605; 3.13.0 does not),
+    and a __wrapped__ there showed (self, *args, **kwargs)."""
     init = rdmaspawn.Popen.__dict__["__init__"]
     instance = rdmaspawn.Popen.__new__(rdmaspawn.Popen)
-    stop = lambda m: hasattr(m, "__signature__")  # noqa: E731  # 3.13.5's
     for bound in (init.__get__(rdmaspawn.Popen, type), init.__get__(instance, rdmaspawn.Popen)):
-        assert inspect.signature(inspect.unwrap(bound, stop=stop)) == inspect.signature(bound)
-        assert "self" not in inspect.signature(inspect.unwrap(bound, stop=stop)).parameters
-    assert init.__signature__ == inspect.signature(popen._init_python)
+        assert inspect.unwrap(bound) is bound
+        assert "self" not in inspect.signature(bound).parameters
 
 
 def test_called_every_way_a_method_is() -> None:
@@ -120,3 +125,73 @@ def test_a_wrapper_put_on_cpythons_init_later_is_called(monkeypatch: pytest.Monk
     monkeypatch.setattr(subprocess.Popen, "__init__", wrapper)
     assert rdmaspawn.Popen(TRUE).wait() == 0
     assert seen == ["Popen"]
+
+
+# rdmaspawn.Popen.__init__ answers introspection as a Python function with
+# CPython's own parameters, then the setup keywords, keyword-only, each with
+# build()'s default: each answer compared with subprocess.Popen.__init__'s
+# on the running CPython.
+_SETUP_DEFAULTS = {keyword: build.__kwdefaults__[field]
+                   for keyword, field in setupkeywords._POPEN_KWARGS.items()}
+
+
+def test_getfullargspec_is_cpythons_plus_the_setup_keywords() -> None:
+    stock = inspect.getfullargspec(_STOCK_INIT)
+    ours = inspect.getfullargspec(rdmaspawn.Popen.__init__)
+    assert ours._replace(kwonlyargs=ours.kwonlyargs[:len(stock.kwonlyargs)],
+                         kwonlydefaults=None) == stock._replace(kwonlydefaults=None)
+    assert ours.kwonlyargs[len(stock.kwonlyargs):] == list(_SETUP_DEFAULTS)
+    assert ours.kwonlydefaults == {**(stock.kwonlydefaults or {}), **_SETUP_DEFAULTS}
+
+
+def test_the_function_attributes_are_cpythons_plus_the_setup_keywords() -> None:
+    init = rdmaspawn.Popen.__init__
+    assert init.__defaults__ == _STOCK_INIT.__defaults__
+    assert init.__kwdefaults__ == {**(_STOCK_INIT.__kwdefaults__ or {}), **_SETUP_DEFAULTS}
+    code, stock = init.__code__, _STOCK_INIT.__code__
+    assert (code.co_argcount, code.co_posonlyargcount) == (stock.co_argcount, stock.co_posonlyargcount)
+    assert code.co_kwonlyargcount == stock.co_kwonlyargcount + len(_SETUP_DEFAULTS)
+    assert code.co_flags & 0xF == stock.co_flags & 0xF  # OPTIMIZED|NEWLOCALS|VARARGS|VARKEYWORDS
+    assert isinstance(init.__globals__, dict)
+    assert (init.__name__, init.__qualname__, init.__module__) == ("__init__", "Popen.__init__", "rdmaspawn")
+    assert init.__doc__ == _STOCK_INIT.__doc__
+
+
+def test_type_hints_are_cpythons() -> None:
+    assert typing.get_type_hints(rdmaspawn.Popen.__init__) == typing.get_type_hints(_STOCK_INIT)
+
+
+def test_pickled_and_copied_as_cpythons() -> None:
+    for fn in (_STOCK_INIT, rdmaspawn.Popen.__init__):
+        assert pickle.loads(pickle.dumps(fn)) is fn
+        assert copy.copy(fn) is fn and copy.deepcopy(fn) is fn
+
+
+def test_the_class_signature_is_cpythons_plus_the_setup_keywords() -> None:
+    """No ``self`` (3.13.5 showed one: gh-119605 unwraps what the descriptor
+    returns), CPython's parameters, then the setup keywords."""
+    stock = list(inspect.signature(subprocess.Popen).parameters.values())
+    ours = list(inspect.signature(rdmaspawn.Popen).parameters.values())
+    assert ours[:len(stock)] == stock
+    assert [(p.name, p.kind, p.default) for p in ours[len(stock):]] == [
+        (name, inspect.Parameter.KEYWORD_ONLY, default) for name, default in _SETUP_DEFAULTS.items()]
+
+
+@pytest.mark.parametrize("kwargs", [{"bogus": 1}, {"pdeathsig": 9, "nice": 5}, {"stdout": -1}])
+def test_an_autospec_takes_what_popen_takes(kwargs: dict) -> None:
+    """create_autospec() checks calls against the signature: an unknown
+    keyword raises TypeError, as for subprocess.Popen; the setup keywords
+    pass."""
+    stock_spec = mock.create_autospec(subprocess.Popen)
+    ours_spec = mock.create_autospec(rdmaspawn.Popen)
+    setup = set(kwargs) & set(_SETUP_DEFAULTS)
+    if not setup:
+        try:
+            stock_spec(TRUE, **kwargs)
+        except TypeError as stock_error:
+            with pytest.raises(TypeError) as ours:
+                ours_spec(TRUE, **kwargs)
+            assert str(ours.value) == str(stock_error)
+            return
+    ours_spec(TRUE, **kwargs)
+    ours_spec.assert_called_once_with(TRUE, **kwargs)

@@ -95,11 +95,13 @@ PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject 
  * with its own. */
 PyObject *rs_names_tuple(const char *const *names, int n);
 
-/* rdmaspawn.Popen.__init__ (popen_init.c): base.__init__ (subprocess.Popen's)
- * with SIGINT held back, for instances of popen itself without setup
- * keywords; any other call is handed to slow, the Python __init__. */
-PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *slow,
-                            PyObject *setup_keywords, PyObject *getsignal,
+/* The body of rdmaspawn.Popen.__init__ (popen_init.c): base.__init__
+ * (subprocess.Popen's) with SIGINT held back, for instances of popen itself
+ * with the setup keywords at their defaults; prepare(self, *values) makes
+ * any other call. layout: (npositional, kwonly_names, kwonly_defaults,
+ * setup_defaults). */
+PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *prepare,
+                            PyObject *layout, PyObject *getsignal,
                             PyObject *raise_signal);
 
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */

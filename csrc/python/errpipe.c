@@ -76,29 +76,58 @@ static int reaches_ours(PyObject *fork_exec)
     return 0;
 }
 
+/* (read end, write end, fork_exec): the method calls the fork_exec returned,
+ * the one the pipe was made for, not the one it would look up again. */
 static PyObject *errpipe_pipe(PyObject *unused, PyObject *fork_exec)
 {
     (void)unused;
     int ours = reaches_ours(fork_exec);
-    if (ours <= 0)
-        return ours < 0 ? NULL : call_os("pipe", NULL, NULL);
-    long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
-    long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
-    PyObject *ends = PyTuple_New(2);
-    PyObject *key = PyLong_FromLong(fd);
-    PyObject *write_end = PyLong_FromLong(fd + 1);
-    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
-    if (!ends || !key || !write_end || !empty || PyDict_SetItem(pipes, key, empty) < 0) {
-        Py_XDECREF(ends);
-        Py_XDECREF(key);
-        Py_XDECREF(write_end);
-        Py_XDECREF(empty);
+    if (ours < 0)
+        return NULL;
+    PyObject *key = NULL, *write_end = NULL;
+    if (ours == 0) {
+        PyObject *got = call_os("pipe", NULL, NULL);
+        PyObject *real = got ? PySequence_Tuple(got) : NULL;   /* unpacked as CPython's line does */
+        Py_XDECREF(got);
+        if (!real)
+            return NULL;
+        if (PyTuple_Size(real) != 2) {
+            PyErr_Format(PyExc_ValueError, PyTuple_Size(real) > 2
+                         ? "too many values to unpack (expected 2)"
+                         : "not enough values to unpack (expected 2, got %zd)", PyTuple_Size(real));
+            Py_DECREF(real);
+            return NULL;
+        }
+        key = PyTuple_GetItem(real, 0);
+        write_end = PyTuple_GetItem(real, 1);
+        Py_INCREF(key);
+        Py_INCREF(write_end);
+        Py_DECREF(real);
+    } else {
+        long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
+        long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
+        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+        key = PyLong_FromLong(fd);
+        write_end = PyLong_FromLong(fd + 1);
+        if (!key || !write_end || !empty || PyDict_SetItem(pipes, key, empty) < 0) {
+            Py_XDECREF(key);
+            Py_XDECREF(write_end);
+            Py_XDECREF(empty);
+            return NULL;
+        }
+        Py_DECREF(empty);
+    }
+    PyObject *out = PyTuple_New(3);
+    if (!out) {
+        Py_DECREF(key);
+        Py_DECREF(write_end);
         return NULL;
     }
-    Py_DECREF(empty);
-    PyTuple_SetItem(ends, 0, key);         /* steal the references */
-    PyTuple_SetItem(ends, 1, write_end);
-    return ends;
+    Py_INCREF(fork_exec);
+    PyTuple_SetItem(out, 0, key);         /* steal the references */
+    PyTuple_SetItem(out, 1, write_end);
+    PyTuple_SetItem(out, 2, fork_exec);
+    return out;
 }
 
 static PyObject *errpipe_read(PyObject *unused, PyObject *args)
@@ -163,7 +192,7 @@ static PyObject *errpipe_close(PyObject *unused, PyObject *arg)
 
 static PyMethodDef calls[] = {
     {"pipe", errpipe_pipe, METH_O,
-     "os.pipe() for the error pipe of a call of fork_exec: (read end, write end)."},
+     "os.pipe() for the error pipe of a call of fork_exec: (read end, write end, fork_exec)."},
     {"read", errpipe_read, METH_VARARGS, "os.read(fd, n) of the error pipe."},
     {"close", errpipe_close, METH_O, "os.close(fd) of an end of the error pipe."},
 };

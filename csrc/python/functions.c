@@ -158,12 +158,12 @@ static PyObject *set_spawn_error(PyObject *module, PyObject *make)
 
 static PyObject *popen_init_new(PyObject *module, PyObject *args)
 {
-    PyObject *base, *popen, *slow, *setup_keywords, *getsignal, *raise_signal;
+    PyObject *base, *popen, *prepare, *layout, *getsignal, *raise_signal;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOOOOO:popen_init_new", &base, &popen, &slow,
-                          &setup_keywords, &getsignal, &raise_signal))
+    if (!PyArg_ParseTuple(args, "OOOOOO:popen_init_new", &base, &popen, &prepare,
+                          &layout, &getsignal, &raise_signal))
         return NULL;
-    return rs_popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal);
+    return rs_popen_init_new(base, popen, prepare, layout, getsignal, raise_signal);
 }
 
 static PyObject *held_fork(PyObject *module, PyObject *args)
@@ -217,8 +217,8 @@ static PyMethodDef functions[] = {
      "set_spawn_error(make): make(err, step, pid, exec_index, flags, cwd, exec_list) "
      "gives a failed spawn's exception."},
     {"popen_init_new", popen_init_new, METH_VARARGS,
-     "popen_init_new(base, popen, slow, setup_keywords, getsignal, raise_signal): "
-     "rdmaspawn.Popen.__init__ (popen_init.c)."},
+     "popen_init_new(base, popen, prepare, layout, getsignal, raise_signal): "
+     "the body of rdmaspawn.Popen.__init__ (popen_init.c)."},
     {"errpipe_calls", errpipe_calls, METH_VARARGS,
      "errpipe_calls(pipes, os, first_fd, guard_mark): (pipe, read, close) of the "
      "error pipe kept in pipes (errpipe.c)."},

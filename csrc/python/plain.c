@@ -63,12 +63,14 @@ int rs_plain_int(PyObject *o, int *out)
     return 1;
 }
 
+/* True or False only: CPython takes other values by their truth or as a C
+ * int, depending on its version and path, which the Python side knows. */
 int rs_plain_flag(PyObject *o, int *out)
 {
-    if (o != Py_True && o != Py_False && Py_TYPE(o) != &PyLong_Type)
+    if (o != Py_True && o != Py_False)
         return 0;
-    *out = PyObject_IsTrue(o);
-    return *out >= 0;
+    *out = o == Py_True;
+    return 1;
 }
 
 const char *rs_plain_string(PyObject *o, struct rs_held *h)

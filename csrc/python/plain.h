@@ -39,7 +39,7 @@ void rs_held_release(struct rs_held *h);
 /* An exact int that fits a C int. */
 int rs_plain_int(PyObject *o, int *out);
 
-/* A bool or an exact int, as a truth value. */
+/* True or False, as 1 or 0 (any other value is not plain). */
 int rs_plain_flag(PyObject *o, int *out);
 
 /* bytes, or str in the file system encoding, with no NUL inside: its chars,

@@ -1,26 +1,21 @@
 /*
- * rdmaspawn.Popen.__init__ in C: CPython's __init__ with SIGINT held back
- * around it (dropin/interrupts.py says why, sigint.c how), without the
- * Python frames (this __init__, hold(), finish(), replay(), a super()
- * object) that cost each Popen more than the hold itself.
+ * The body of rdmaspawn.Popen.__init__: CPython's __init__ with SIGINT held
+ * back around it (dropin/interrupts.py says why, sigint.c how), without
+ * the Python frames (hold(), finish(), replay(), a super() object) that
+ * cost each Popen more than the hold itself.
  *
- * It takes the plain call only: an instance of rdmaspawn.Popen itself (a
- * subclass's may have classes between the two in its MRO, which super()
- * finds) and no setup keyword. Any other goes to `slow`, the Python
- * __init__ (dropin/popen.py), which does the same in Python.
+ * __init__ itself is a Python function that dropin/popen.py makes from
+ * CPython's own (its parameters and defaults, then rdmaspawn's setup
+ * keywords), so that it answers introspection (inspect, typing, pickle,
+ * mock.create_autospec) as a function does. Its one statement calls this
+ * object with self and every parameter's value, positionally, in that
+ * order: `layout` says where each part sits.
  *
- * It is called as CPython calls a Python function in a class: the type is a
- * method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR), so Popen() passes the
- * instance as the first argument with no bound method made; attribute
- * access (super().__init__ in a subclass) gets a types.MethodType.
- * __wrapped__ is the Python __init__, and __signature__ its signature, so
- * inspect.signature() shows what it shows. __signature__ is not redundant:
- * inspect.unwrap() stops at it, and a bound method (attribute access on the
- * class, or on an instance) passes the lookup of __wrapped__ on to us, so
- * without it unwrapping the bound method yields the plain function, binding
- * lost. inspect.signature(rdmaspawn.Popen) does that where
- * _signature_get_user_defined_method unwraps what the descriptor returns
- * (gh-119605, in 3.13.5 but not 3.13.0): it showed (self, *args, **kwargs).
+ * The plain call, an instance of rdmaspawn.Popen itself (a subclass's may
+ * have classes between the two in its MRO, which super() finds) with every
+ * setup keyword at its default, goes straight to CPython's __init__. Any
+ * other is turned by `prepare(self, *values)` (Python) into the call to
+ * make, (init, args, kwargs), made under the same hold.
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
@@ -38,44 +33,26 @@ typedef struct {
     PyObject *base;      /* subprocess.Popen: its __init__, read at each call
                           * (as super() would: a wrapper put on it later is
                           * called too) */
-    PyObject *slow;      /* the Python __init__: every call that is not plain */
+    PyObject *prepare;   /* (self, *values) -> (init, args, kwargs): every
+                          * call that is not plain */
     PyObject *popen;     /* rdmaspawn.Popen: the class whose instances come here */
     PyObject *name;      /* "__init__" */
-    PyObject *method_type;  /* types.MethodType, for attribute access */
-    PyObject *setup_keywords;  /* a set: a call naming one is not plain */
+    Py_ssize_t npositional;    /* CPython's positional parameters, self included */
+    PyObject *kwonly_names;    /* CPython's keyword-only parameters, a tuple */
+    PyObject *kwonly_defaults; /* and each one's default (passed on only when
+                                * the value is another object) */
+    PyObject *setup_defaults;  /* each setup keyword's default: a call that
+                                * gives one another value is not plain */
     PyObject *getsignal;       /* _signal.getsignal */
     PyObject *raise_signal;    /* _signal.raise_signal */
     PyObject *discard;         /* "_discard": self._discard() undoes a Popen never returned */
     PyObject *sigint;          /* SIGINT, as an int */
 } Init;
 
-/* CPython's __init__, called with this call's arguments (self first). */
-static PyObject *call_base(Init *m, PyObject *args, PyObject *kwargs)
-{
-    PyObject *base = PyObject_GetAttr(m->base, m->name);
-    if (!base)
-        return NULL;
-    PyObject *r = PyObject_Call(base, args, kwargs);
-    Py_DECREF(base);
-    return r;
-}
+/* --- the hold ---------------------------------------------------------------- */
 
-/* --- __init__ ---------------------------------------------------------------- */
-
-static int names_setup_keyword(Init *m, PyObject *kwargs)
-{
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(kwargs, &pos, &key, &value)) {
-        int found = PySet_Contains(m->setup_keywords, key);
-        if (found)
-            return found;  /* 1, or -1 with an exception */
-    }
-    return 0;
-}
-
-/* Whether SIGINT's handler is one from Python (only those can raise): as
- * interrupts.hold() asks before it holds. -1 with an exception. */
+/* Whether SIGINT's handler is one from Python (only those can raise); -1
+ * with an exception. */
 static int sigint_handler_is_python(Init *m, PyObject **handler)
 {
     PyObject *h = PyObject_CallFunctionObjArgs(m->getsignal, m->sigint, NULL);
@@ -112,9 +89,17 @@ static int finish(Init *m)
         if (is < 0)
             return -1;
         if (is) {
-            PyObject *frame = (PyObject *)PyEval_GetFrame();  /* borrowed */
+            /* The frame of the code that called Popen(): the one below
+             * __init__'s, the Python function whose body this is. */
+            PyObject *init_frame = (PyObject *)PyEval_GetFrame();  /* borrowed */
+            PyObject *frame = init_frame ? PyObject_GetAttrString(init_frame, "f_back") : NULL;
+            if (!frame && init_frame) {
+                Py_DECREF(handler);
+                return -1;
+            }
             PyObject *r = PyObject_CallFunctionObjArgs(handler, m->sigint,
                                                        frame ? frame : Py_None, NULL);
+            Py_XDECREF(frame);
             Py_DECREF(handler);
             if (!r)
                 return -1;
@@ -160,21 +145,10 @@ static PyObject *abandon(Init *m, PyObject *self, int owner)
     return NULL;
 }
 
-static PyObject *init_call(PyObject *op, PyObject *args, PyObject *kwargs)
+/* init(*args, **kwargs) under the hold, for self. */
+static PyObject *held_call(Init *m, PyObject *self, PyObject *init,
+                           PyObject *args, PyObject *kwargs)
 {
-    Init *m = (Init *)op;
-    if (PyTuple_Size(args) < 1)
-        return PyObject_Call(m->slow, args, kwargs);  /* its TypeError */
-    if (kwargs) {
-        int named = names_setup_keyword(m, kwargs);
-        if (named < 0)
-            return NULL;
-        if (named)
-            return PyObject_Call(m->slow, args, kwargs);
-    }
-    PyObject *self = PyTuple_GetItem(args, 0);
-    if ((PyObject *)Py_TYPE(self) != m->popen)
-        return PyObject_Call(m->slow, args, kwargs);
     int owner = rs_sigint_owner();
     if (owner) {
         int is = sigint_handler_is_python(m, NULL);
@@ -183,7 +157,7 @@ static PyObject *init_call(PyObject *op, PyObject *args, PyObject *kwargs)
         if (is)
             rs_sigint_hold();
     }
-    PyObject *r = call_base(m, args, kwargs);
+    PyObject *r = PyObject_Call(init, args, kwargs);
     if (!r)
         return abandon(m, self, owner);
     Py_DECREF(r);
@@ -192,22 +166,75 @@ static PyObject *init_call(PyObject *op, PyObject *args, PyObject *kwargs)
     return none();
 }
 
-/* --- the type ---------------------------------------------------------------- */
-
-/* p.__init__, super().__init__: a bound method; Popen.__init__: itself. */
-static PyObject *init_get(PyObject *op, PyObject *obj, PyObject *type)
+/* Whether the call is plain: rdmaspawn.Popen's own instance, each setup
+ * keyword at its default. */
+static int is_plain(Init *m, PyObject *values, Py_ssize_t n)
 {
-    (void)type;
-    if (!obj || obj == Py_None) {
-        Py_INCREF(op);
-        return op;
-    }
-    return PyObject_CallFunctionObjArgs(((Init *)op)->method_type, op, obj, NULL);
+    if ((PyObject *)Py_TYPE(PyTuple_GetItem(values, 0)) != m->popen)
+        return 0;
+    Py_ssize_t nsetup = PyTuple_Size(m->setup_defaults);
+    for (Py_ssize_t i = 0; i < nsetup; i++)
+        if (PyTuple_GetItem(values, n - nsetup + i) != PyTuple_GetItem(m->setup_defaults, i))
+            return 0;
+    return 1;
 }
 
+/* The plain call: CPython's __init__ with its positional parameters
+ * positionally and each keyword-only one not at its default by name. */
+static PyObject *plain_call(Init *m, PyObject *values)
+{
+    PyObject *kwargs = NULL, *r = NULL;
+    PyObject *args = PyTuple_GetSlice(values, 0, m->npositional);
+    PyObject *init = args ? PyObject_GetAttr(m->base, m->name) : NULL;
+    if (!init)
+        goto out;
+    Py_ssize_t nkw = PyTuple_Size(m->kwonly_names);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *value = PyTuple_GetItem(values, m->npositional + i);
+        if (value == PyTuple_GetItem(m->kwonly_defaults, i))
+            continue;
+        if ((!kwargs && !(kwargs = PyDict_New()))
+                || PyDict_SetItem(kwargs, PyTuple_GetItem(m->kwonly_names, i), value) < 0)
+            goto out;
+    }
+    r = held_call(m, PyTuple_GetItem(values, 0), init, args, kwargs);
+out:
+    Py_XDECREF(init);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    return r;
+}
+
+/* --- the call ---------------------------------------------------------------- */
+
+static PyObject *init_call(PyObject *op, PyObject *values, PyObject *kwargs)
+{
+    Init *m = (Init *)op;
+    Py_ssize_t n = PyTuple_Size(values);
+    if (kwargs || n != m->npositional + PyTuple_Size(m->kwonly_names)
+                          + PyTuple_Size(m->setup_defaults)) {
+        PyErr_SetString(PyExc_TypeError, "Popen.__init__'s body takes each parameter's value, "
+                                         "positionally");
+        return NULL;
+    }
+    if (is_plain(m, values, n))
+        return plain_call(m, values);
+    PyObject *call = PyObject_Call(m->prepare, values, NULL);
+    if (!call)
+        return NULL;
+    PyObject *init, *args, *kw, *r = NULL;
+    if (PyArg_ParseTuple(call, "OO!O!:prepare", &init, &PyTuple_Type, &args,
+                         &PyDict_Type, &kw))
+        r = held_call(m, PyTuple_GetItem(values, 0), init, args, kw);
+    Py_DECREF(call);
+    return r;
+}
+
+/* --- the type ---------------------------------------------------------------- */
+
 #define METHOD_REFS(X) \
-    X(base) X(slow) X(popen) X(name) X(method_type) X(setup_keywords) \
-    X(getsignal) X(raise_signal) X(discard) X(sigint)
+    X(base) X(prepare) X(popen) X(name) X(kwonly_names) X(kwonly_defaults) \
+    X(setup_defaults) X(getsignal) X(raise_signal) X(discard) X(sigint)
 
 static int init_traverse(PyObject *op, visitproc visit, void *arg)
 {
@@ -237,85 +264,36 @@ static void init_dealloc(PyObject *op)
     Py_DECREF(type);
 }
 
-static PyObject *init_repr(PyObject *op)
-{
-    (void)op;
-    return PyUnicode_FromString("<rdmaspawn method Popen.__init__>");
-}
-
-static PyObject *get_name(PyObject *op, void *closure)
-{
-    (void)closure;
-    Py_INCREF(((Init *)op)->name);
-    return ((Init *)op)->name;
-}
-
-static PyObject *get_qualname(PyObject *op, void *closure)
-{
-    (void)op;
-    (void)closure;
-    return PyUnicode_FromString("Popen.__init__");
-}
-
-static PyObject *get_wrapped(PyObject *op, void *closure)
-{
-    (void)closure;
-    Py_INCREF(((Init *)op)->slow);
-    return ((Init *)op)->slow;
-}
-
-/* inspect.signature() of the Python __init__, asked at each read: inspect is
- * imported only by whoever asks (start-up does without it). */
-static PyObject *get_signature(PyObject *op, void *closure)
-{
-    (void)closure;
-    PyObject *inspect = PyImport_ImportModule("inspect");
-    if (!inspect)
-        return NULL;
-    PyObject *r = PyObject_CallMethod(inspect, "signature", "O", ((Init *)op)->slow);
-    Py_DECREF(inspect);
-    return r;
-}
-
-static PyObject *get_doc(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyObject_GetAttrString(((Init *)op)->slow, "__doc__");
-}
-
-static PyGetSetDef init_getset[] = {
-    {"__name__", get_name, NULL, NULL, NULL},
-    {"__qualname__", get_qualname, NULL, NULL, NULL},
-    {"__wrapped__", get_wrapped, NULL, NULL, NULL},
-    {"__signature__", get_signature, NULL, NULL, NULL},
-    {"__doc__", get_doc, NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
 static PyType_Slot init_slots[] = {
     {Py_tp_call, (void *)init_call},
-    {Py_tp_descr_get, (void *)init_get},
     {Py_tp_traverse, (void *)init_traverse},
     {Py_tp_clear, (void *)init_clear},
     {Py_tp_dealloc, (void *)init_dealloc},
-    {Py_tp_repr, (void *)init_repr},
-    {Py_tp_getset, init_getset},
+    {Py_tp_doc, (void *)"rdmaspawn.Popen.__init__'s body: (self, *values), each "
+                        "parameter's value in the function's order."},
     {0, NULL},
 };
 
 static PyType_Spec init_spec = {
     "rdmaspawn.Popen_init", sizeof(Init), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR, init_slots,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, init_slots,
 };
 
-PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *slow,
-                            PyObject *setup_keywords, PyObject *getsignal,
+PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *prepare,
+                            PyObject *layout, PyObject *getsignal,
                             PyObject *raise_signal)
 {
     static PyObject *type;  /* made once; the GIL serialises the callers */
-    if (!PyType_Check(base) || !PyType_Check(popen) || !PyCallable_Check(slow)
-            || !PyAnySet_Check(setup_keywords)) {
-        PyErr_SetString(PyExc_TypeError, "popen_init_new: bad arguments");
+    Py_ssize_t npositional;
+    PyObject *kwonly_names, *kwonly_defaults, *setup_defaults;
+    if (!PyType_Check(base) || !PyType_Check(popen) || !PyCallable_Check(prepare)
+            || !PyTuple_Check(layout)
+            || !PyArg_ParseTuple(layout, "nO!O!O!:layout", &npositional,
+                                 &PyTuple_Type, &kwonly_names, &PyTuple_Type,
+                                 &kwonly_defaults, &PyTuple_Type, &setup_defaults)
+            || npositional < 1 || PyTuple_Size(kwonly_names) != PyTuple_Size(kwonly_defaults)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "popen_init_new: bad arguments");
         return NULL;
     }
     if (!type && !(type = PyType_FromSpec(&init_spec)))
@@ -323,24 +301,23 @@ PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *slow,
     Init *m = (Init *)PyType_GenericAlloc((PyTypeObject *)type, 0);
     if (!m)
         return NULL;
-    PyObject *refs[] = {base, popen, slow, setup_keywords, getsignal, raise_signal};
+    PyObject *refs[] = {base, popen, prepare, kwonly_names, kwonly_defaults, setup_defaults,
+                        getsignal, raise_signal};
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
         Py_INCREF(refs[i]);
     m->base = base;
     m->popen = popen;
-    m->slow = slow;
-    m->setup_keywords = setup_keywords;
+    m->prepare = prepare;
+    m->npositional = npositional;
+    m->kwonly_names = kwonly_names;
+    m->kwonly_defaults = kwonly_defaults;
+    m->setup_defaults = setup_defaults;
     m->getsignal = getsignal;
     m->raise_signal = raise_signal;
-    PyObject *types = PyImport_ImportModule("types");
-    if (types) {
-        m->method_type = PyObject_GetAttrString(types, "MethodType");
-        Py_DECREF(types);
-    }
     m->name = PyUnicode_InternFromString("__init__");
     m->discard = PyUnicode_InternFromString("_discard");
     m->sigint = PyLong_FromLong(SIGINT);
-    if (!m->method_type || !m->name || !m->discard || !m->sigint) {
+    if (!m->name || !m->discard || !m->sigint) {
         Py_DECREF(m);
         return NULL;
     }

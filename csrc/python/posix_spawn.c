@@ -11,8 +11,8 @@
  * copied while still holding it, the GIL released for rs_spawn() only.
  *
  * "Plain" is: the positional call _execute_child makes, env None, no fd to
- * redirect or close (all six -1), close_fds and restore_signals a bool or an
- * int, argv an exact list or tuple of exact str or bytes (plain.c's), not
+ * redirect or close (all six -1), close_fds and restore_signals True or
+ * False, argv an exact list or tuple of exact str or bytes (plain.c's), not
  * empty, its argv[0] not empty, the executable an exact str or bytes, no NUL
  * anywhere. Anything else answers None, never an error: posix_spawn_method's
  * general path sees the call afresh and raises os.posix_spawn's exceptions.

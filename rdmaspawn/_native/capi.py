@@ -81,11 +81,10 @@ spawn_request: Callable[[tuple[Any, ...], int], tuple[int, int]] = _c.spawn_requ
 #: ``set_spawn_error(make)``: the function that makes a failed spawn's
 #: exception for the C side (engine._spawn_error).
 set_spawn_error: Callable[[Callable[..., BaseException]], None] = _c.set_spawn_error
-#: ``popen_init_new(base, popen, slow, setup_keywords, getsignal,
-#: raise_signal)``: csrc/python/popen_init.c, rdmaspawn.Popen's ``__init__``
-#: (``base.__init__`` with SIGINT held back, for instances of ``popen``) as a
-#: method descriptor; any call it does not take goes to ``slow``, the Python
-#: one.
+#: ``popen_init_new(base, popen, prepare, layout, getsignal, raise_signal)``:
+#: csrc/python/popen_init.c, the body of rdmaspawn.Popen's ``__init__``
+#: (``base.__init__`` with SIGINT held back, for exact instances of ``popen``
+#: given no setup keyword); ``prepare`` makes any other call's arguments.
 popen_init_new: Callable[..., Any] = _c.popen_init_new
 #: ``errpipe_calls(pipes, os, first_fd, guard_mark)``: csrc/python/errpipe.c,
 #: the (pipe, read, close) of dropin.errpipe's pipes.

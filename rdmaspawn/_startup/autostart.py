@@ -118,8 +118,32 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
             from rdmaspawn.tools.guard import guard_exec
 
             _safely(guard_exec, "the guard of fork_exec")
-    except Exception as exc:  # a broken install: the spawn goes ahead unpatched, as before
-        _say(f"{VARIABLE}: could not load the patch: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # the spawn goes ahead unpatched: said to the user and the doctor
+        _not_protected(exc)
+
+
+def _not_protected(exc: Exception) -> None:
+    """The patch could not load in this interpreter (a sub-interpreter cannot
+    load the core, a single-phase extension module; or a broken install):
+    its children start unpatched. One line says so, and the patch's marker,
+    which said at start-up that it was in force, now says why it is not."""
+    sub = _in_subinterpreter()
+    where = "this sub-interpreter" if sub else "this interpreter"
+    _say(f"{VARIABLE}: could not load the patch ({type(exc).__name__}: {exc}): "
+         f"the children {where} starts are not protected")
+    reason = "subinterpreter" if sub else "load-failed"
+    _safely(lambda: _unprotected_marker(reason), "the doctor's marker")
+
+
+def _in_subinterpreter() -> bool:
+    try:
+        import _interpreters as interpreters  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        try:
+            import _xxsubinterpreters as interpreters  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return False  # none to be in
+    return bool(interpreters.get_current() != interpreters.get_main())
 
 
 def _settle_forks(mode: str, placed: "list[tuple[Any, str, Any, Any]]") -> bool:
@@ -165,6 +189,12 @@ def _patched_marker(on: bool) -> None:
     from rdmaspawn._startup.markers import set_patched
 
     set_patched(on)
+
+
+def _unprotected_marker(reason: str) -> None:
+    from rdmaspawn._startup.markers import set_unprotected
+
+    set_unprotected(reason)
 
 
 def _pool_handler() -> None:

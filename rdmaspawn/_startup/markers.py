@@ -13,6 +13,11 @@ marker (memfd name)        mapped while
 ``rdmaspawn-guard-raise``  ``rdmaspawn.guard("raise")`` is on
 ``rdmaspawn-guard-warn``   ``rdmaspawn.guard("warn")`` is on
 ``rdmaspawn-fork-repair``  the fork repair is in force (for good)
+``rdmaspawn-unprotected-`` an interpreter under ``RDMASPAWN`` could not
+``REASON``                 load the patch: the children it starts are
+                           not protected (in the patch's slot, in place
+                           of ``rdmaspawn-patched``; REASON:
+                           ``subinterpreter``, ``load-failed``)
 =========================  =========================================
 """
 
@@ -21,8 +26,8 @@ marker (memfd name)        mapped while
 import os
 import sys
 
-__all__ = ["GUARD_PREFIX", "GUARD_WRAPPER", "MEMFD", "PATCHED", "REPAIRED", "set_guard",
-           "set_patched"]
+__all__ = ["GUARD_PREFIX", "GUARD_WRAPPER", "MEMFD", "PATCHED", "REPAIRED", "UNPROTECTED_PREFIX",
+           "set_guard", "set_patched", "set_unprotected"]
 
 # Loaded by guard() in every interpreter under RDMASPAWN=on: names and two
 # calls only; the doctor reads the markers (tools/doctor/inforce.py).
@@ -33,6 +38,8 @@ PATCHED = "rdmaspawn-patched"
 GUARD_PREFIX = "rdmaspawn-guard-"
 #: csrc/forkrepair.c maps it when the repair starts.
 REPAIRED = "rdmaspawn-fork-repair"
+#: Followed by the reason (no space: the doctor splits the maps line there).
+UNPROTECTED_PREFIX = "rdmaspawn-unprotected-"
 
 #: Not a page: the attribute (True) on each wrapper rdmaspawn's guard puts
 #: over ``os.fork`` and ``fork_exec`` (tools/guard.py). A marked fork_exec
@@ -167,3 +174,9 @@ def set_patched(on: bool) -> None:
 def set_guard(action: "str | None") -> None:
     """Map the marker for guard(action), in place of the one before; None: unmap it."""
     _set("RS_MARKER_GUARD", None if action is None else GUARD_PREFIX + action)
+
+
+def set_unprotected(reason: str) -> None:
+    """Map the marker that says this interpreter could not load the patch
+    (``reason``, one word), in place of the one that said it was in force."""
+    _set("RS_MARKER_PATCH", UNPROTECTED_PREFIX + reason)

@@ -225,7 +225,7 @@ class Internals(NamedTuple):
     #: its enum rs_wording: wrong_count, too_many_groups, the C int messages
     #: of int_parser (_INT_WORDINGS), and "1" where restore_signals and
     #: call_setsid are parsed as C ints ("i", 3.9-3.11) rather than as truth
-    #: values (3.12+).
+    #: values (flags_by_truth).
     fork_exec_wording: tuple[str, ...] = ()
     #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
     #: (3.9-3.12; its code names environ); 3.13 passes None through.
@@ -239,6 +239,10 @@ class Internals(NamedTuple):
     #: Where Popen() takes preexec_fn positionally (after args, bufsize,
     #: executable and the three standard streams), from its code object.
     preexec_fn_position: int = -1
+    #: fork_exec takes restore_signals and call_setsid by their truth, any
+    #: value (Argument Clinic's bool, 3.12+), not as C ints ("i", 3.9-3.11),
+    #: asked (_flags_by_truth). close_fds is taken by its truth everywhere.
+    flags_by_truth: bool = False
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
@@ -322,6 +326,37 @@ def _fork_exec_parser(wanted: int) -> str:
     return ""
 
 
+class _Asked(Exception):
+    pass
+
+
+class _FlagProbe:
+    """Says which conversion fork_exec asks of it, by raising."""
+
+    def __bool__(self) -> bool:
+        raise _Asked("bool")
+
+    def __index__(self) -> int:
+        raise _Asked("index")
+
+
+def _flags_by_truth(params: tuple[str, ...]) -> bool:
+    """Whether fork_exec takes restore_signals by its truth: a call whose
+    arguments before it are valid, and restore_signals a probe, stops at its
+    conversion, before anything starts (both parsers convert in order)."""
+    valid = {"args": [b"x"], "executable_list": [b"x"], "close_fds": True,
+             "fds_to_keep": (), "cwd": None, "env_list": None}
+    call = [valid.get(name, -1) for name in params[:params.index("restore_signals")]]
+    try:
+        innermost(_posixsubprocess.fork_exec)(*call, _FlagProbe(),
+                                             *[None] * (len(params) - len(call) - 1))
+    except _Asked as asked:
+        return bool(asked.args[0] == "bool")
+    except Exception:  # noqa: BLE001 - an earlier argument refused: unknown, as "i"
+        return False
+    raise AssertionError("fork_exec took a probe")  # pragma: no cover
+
+
 def _looked_up(internals: Internals) -> Internals:
     """``internals`` with the rows a patch release, a build or a distribution
     can change read from this CPython (Debian 12's 3.11.2 has no _get_handles
@@ -331,6 +366,7 @@ def _looked_up(internals: Internals) -> Internals:
     parser = _fork_exec_parser(len(internals.params))
     execute_child = popen._execute_child
     posix_spawn, differs = _posix_spawn(popen, internals.posix_spawn_params)
+    flags_by_truth = _flags_by_truth(internals.params)
     init_names = innermost(popen.__init__).__code__.co_varnames
     return internals._replace(
         home=_home(execute_child),
@@ -341,8 +377,6 @@ def _looked_up(internals: Internals) -> Internals:
         int_parser=parser,
         wrong_count=_WORDINGS[parser][0] if parser else "",
         too_many_groups=_WORDINGS[parser][1] if parser else "",
-        fork_exec_wording=((*_WORDINGS[parser], *_INT_WORDINGS[parser],
-                            "1" if parser == "format_i" else "") if parser else ()),
         posix_spawn_environ=(posix_spawn is not None
                              and "environ" in posix_spawn.function.__code__.co_names),
         posix_spawn=posix_spawn,
@@ -351,6 +385,9 @@ def _looked_up(internals: Internals) -> Internals:
         # (not inspect, which start-up does without); -1 where it has none.
         preexec_fn_position=(init_names.index("preexec_fn") - 1 if "preexec_fn" in init_names
                              else -1),
+        flags_by_truth=flags_by_truth,
+        fork_exec_wording=((*_WORDINGS[parser], *_INT_WORDINGS[parser],
+                            "" if flags_by_truth else "1") if parser else ()),
     )
 
 

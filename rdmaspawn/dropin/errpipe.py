@@ -48,7 +48,9 @@ _pipes: dict[int, bytes | BaseException] = {}
 #: spawn each). ``pipe(fork_exec)`` is given the fork_exec the method will
 #: call, and keeps the pipe here only where that is rdmaspawn's (through
 #: rdmaspawn's guard's wrappers at most): anything else gets a real pipe.
-CALLS: tuple[Callable[[Any], tuple[int, int]], Callable[[int, int], bytes],
+#: It returns ``(read end, write end, fork_exec)``, and the method calls that
+#: fork_exec, the one the pipe suits.
+CALLS: tuple[Callable[[Any], tuple[int, int, Any]], Callable[[int, int], bytes],
              Callable[[int], None]] = _capi.errpipe_calls(_pipes, os, FIRST_FD, GUARD_WRAPPER)
 
 

@@ -1,11 +1,12 @@
 """``Popen._execute_child``: CPython's own, with its error pipe in memory.
 
 The method is compiled again from this CPython's own ``Lib/subprocess.py``,
-with four calls changed and nothing else: ``os.pipe()`` that makes the error
+with five calls changed and nothing else: ``os.pipe()`` that makes the error
 pipe, the two ``os.close()`` of its ends and the ``os.read()`` of it become
 calls of ``dropin/errpipe.py``'s ``CALLS`` (which says why); the pipe call
-is given the ``fork_exec`` the method is about to call, and makes a real
-pipe for any that is not rdmaspawn's. Every other line, the line numbers
+is given the ``fork_exec`` the method is about to call, makes a real pipe
+for any that is not rdmaspawn's, and hands back that fork_exec, which the
+fifth change, the call of fork_exec, then calls. Every other line, the line numbers
 and the file name in a traceback included, is CPython's. rdmaspawn.Popen
 runs it with its own globals, and CPython's Popen under ``patch()`` with
 subprocess's.
@@ -13,9 +14,10 @@ subprocess's.
 It is used only where that is certain: the source on disk, compiled
 unchanged, must give exactly the method's own code, and ``dropin.cpython``'s
 gate of the pipe's lines (``errpipe_calls()``) must pass: each of the four
-calls once, and the pipe named in no other statement than those it knows.
-Otherwise (no source file, a CPython that reads its pipe some other way, or
-hands it to one more call) :func:`code` returns None and the method stays
+calls once, the pipe named in no other statement than those it knows, and
+one call of fork_exec. Otherwise (no source file, a CPython that reads its
+pipe some other way, or hands it to one more call) :func:`code` returns None
+and the method stays
 CPython's, with a real pipe. Reading and compiling twice cost about 6 ms on
 the development VM (3.12), once per process and not before the first spawn
 that needs it (rdmaspawn.Popen's) or ``patch()``.
@@ -35,13 +37,24 @@ __all__ = ["NAMES", "code", "method"]
 NAMES = ("_rdmaspawn_errpipe_pipe", "_rdmaspawn_errpipe_read", "_rdmaspawn_errpipe_close")
 
 
+#: The local that holds the fork_exec the pipe was made for.
+_CALLEE = "_rdmaspawn_fork_exec"
+
+
 def _changed(old: str, call: str, fork_exec: str) -> str:
     """``old``, one of the pipe's calls (``dropin.cpython.ERRPIPE_CALLS``),
     calling :data:`NAMES`' instead of ``os.<call>``; the pipe is given
-    ``fork_exec``, the expression through which the method calls it."""
+    ``fork_exec``, the expression through which the method calls it.
+
+    The pipe call also returns the fork_exec it was made for, and the method
+    calls that one (:data:`_CALLEE`): looked up again, it may no longer be
+    (``unpatch()`` in another thread), and CPython's would be handed a pipe
+    it cannot use.
+    """
     name = NAMES[("pipe", "read", "close").index(call)]
     if call == "pipe":
-        return old.replace("os.pipe()", f"{name}({fork_exec})")
+        return old.replace("errpipe_write = os.pipe()",
+                           f"errpipe_write, {_CALLEE} = {name}({fork_exec})")
     return old.replace(f"os.{call}(", f"{name}(")
 
 
@@ -122,7 +135,10 @@ def _recompiled(func: Callable[..., Any]) -> types.CodeType | None:
     if calls is None:
         return None
     module, attr = internals.home
-    fork_exec = attr if module == func.__module__ else f"{module}.{attr}"
+    fork_exec = attr if module == "subprocess" else f"{module}.{attr}"
+    if source.count(f"{fork_exec}(") != 1:
+        return None
+    source = source.replace(f"{fork_exec}(", f"{_CALLEE}(")
     for old, call in calls:
         source = source.replace(old, _changed(old, call, fork_exec))
     return _compiled(source, original)
@@ -131,7 +147,7 @@ def _recompiled(func: Callable[..., Any]) -> types.CodeType | None:
 def method(func: Callable[..., Any]) -> Callable[..., Any] | None:
     """``func`` (CPython's ``Popen._execute_child``) with its error pipe in
     memory, its own globals, defaults and names; None as :func:`code`. Its
-    globals need :data:`NAMES` (``patch()`` puts them there)."""
+    globals need :data:`NAMES` (``patch()`` puts them there, for good)."""
     changed = code(func)
     if changed is None:
         return None

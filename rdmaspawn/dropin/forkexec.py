@@ -22,6 +22,7 @@ from .._native import capi as _capi
 from .._native import engine as _engine  # noqa: F401  (sets the C side's SpawnError)
 from . import cpython as _cpython
 from . import errpipe as _errpipe
+from . import interrupts
 from . import wrapping as _wrapping
 
 __all__ = ["PreexecFnError", "make_fork_exec", "fork_exec"]
@@ -99,6 +100,7 @@ def _preexec_fn(owner: Any, *args: Any) -> int:
             _refuse_preexec_fn(call.preexec_fn)
         # No DONTFORK memory a fork() child trips on: fork() is safe, and only
         # it can run Python code in the child. Behave exactly as CPython does.
+        interrupts.lift()
         if _errpipe.is_memory(call.errpipe_write):  # CPython's child needs a real one
             return _errpipe.call_with_real_pipe(owner.__wrapped__, args, internals.params)
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]

@@ -39,9 +39,14 @@ runs the Python handler all the same.)
 Not covered: other signals whose Python handler raises (a SIGALRM timeout,
 a SIGTERM handler raising SystemExit).
 
-rdmaspawn.Popen's ``__init__`` does the same in C (csrc/python/popen_init.c);
-the functions here serve the Python ``__init__``, which takes the calls the C
-one hands it.
+A ``preexec_fn`` that needs fork() runs in a fork() child, and the parent
+waits for it as long as it runs, for ever if it never returns: the hold
+ends there (:func:`lift`), and a SIGINT that arrives while it waits is
+raised at once, as in CPython.
+
+rdmaspawn.Popen's ``__init__`` holds, replays and releases in C
+(csrc/python/popen_init.c); :func:`hold`, :func:`replay` and
+:func:`release` are the same steps from Python.
 """
 from __future__ import annotations
 
@@ -54,25 +59,33 @@ from typing import Callable
 
 from .._native import capi as _capi
 
-__all__ = ["owner", "hold", "replay", "release", "finish"]
+__all__ = ["owner", "hold", "replay", "release", "lift"]
 
 # On the hot path (every Popen in the main thread): plain ints and builtins.
 _SIGINT = int(_signal.SIGINT)
 _getsignal = _signal.getsignal
 _get_ident = _thread.get_ident
+_held = _capi.sigint_held
 _hold = _capi.sigint_hold
 _take = _capi.sigint_take
 _release = _capi.sigint_release
 
 
+def _set_main(ident: int) -> None:
+    global _main_ident
+    _main_ident = ident
+    _capi.sigint_set_main(ident)
+
+
 def _forked() -> None:
-    _capi.sigint_set_main(_get_ident())
+    _set_main(_get_ident())
 
 
 # The thread that runs Python's signal handlers, told to sigint.c once (its
-# owner() asks on every Popen): threading.main_thread()'s ident; after
-# os.fork() the thread that forked, for CPython and for threading alike.
-_capi.sigint_set_main(threading.main_thread().ident or _get_ident())
+# owner() asks on every Popen) and kept here for lift(): threading.main_thread()'s
+# ident; after os.fork() the thread that forked, for CPython and for threading alike.
+_main_ident = threading.main_thread().ident or _get_ident()
+_set_main(_main_ident)
 os.register_at_fork(after_in_child=_forked)
 
 
@@ -101,17 +114,20 @@ def replay(depth: int = 1) -> None:
             handler(_SIGINT, sys._getframe(depth))
 
 
-def finish() -> None:
-    """:func:`replay`, then :func:`release`: the end of a Popen that was built.
-    Either may raise; the caller's release on the way out ends the hold."""
-    replay(3)  # above finish() and Popen.__init__
-    if _release():  # release() without a call of its own: on every Popen
-        _signal.raise_signal(_SIGINT)
-
-
 def release() -> None:
     """End the hold, if one is on: SIGINT's action goes back, and a SIGINT
     that arrived after the last :func:`replay` is raised again, for the
     program's handler. It may raise."""
     if _release():
         _signal.raise_signal(_SIGINT)
+
+
+def lift() -> None:
+    """End the main thread's hold before it waits for a fork() child's
+    ``preexec_fn``: what arrived so far is raised now, before the fork (then
+    no child exists to lose), and what arrives while it waits reaches the
+    program's handler at once, as in CPython. The Popen's own release then
+    finds no hold. A hold is on only in the main thread: elsewhere nothing
+    is lifted."""
+    if _get_ident() == _main_ident and _held():
+        release()

@@ -84,8 +84,11 @@ def patch(start_method: str | None = None) -> None:
         cpython_method = subprocess.Popen._execute_child  # type: ignore[attr-defined]
         method = _execute_child.method(cpython_method)
         if method is not None:
+            # For good: unpatch() leaves them, since a spawn still inside the
+            # method, or a wrapper that kept it, looks them up afterwards;
+            # for any fork_exec not rdmaspawn's they are os's own calls.
             for name, call in zip(_execute_child.NAMES, _errpipe.CALLS):
-                _swap(done, subprocess, name, call)
+                setattr(subprocess, name, call)
             _swap(done, subprocess.Popen, "_execute_child", method)
         if hasattr(os, "_spawnvef"):
             _swap(done, os, "_spawnvef", _spawnv.spawnvef)

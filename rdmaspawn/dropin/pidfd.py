@@ -8,8 +8,8 @@ after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
 The pidfd is opened when a caller first needs it (``send_signal()``,
 ``terminate()``, ``kill()``, ``wait(timeout)``, the ``pidfd`` attribute), not
 with every child: most Popens are only waited for, and a pidfd made at the
-spawn (CLONE_PIDFD) and closed at the reap cost each of them more CPU in the
-kernel than the rest of rdmaspawn's own work (issue 29). Opened later, from
+spawn (CLONE_PIDFD) and closed at the reap would cost each of them kernel
+work for a descriptor nobody uses (docs/benchmark.md). Opened later, from
 the pid (``pidfd_open``), it can name the right process only while the child
 is unreaped, which Popen alone cannot promise: ``os.wait()``, a
 ``waitpid(-1)`` or SIGCHLD ignored may have reaped it behind Popen's back,

@@ -26,10 +26,10 @@ from . import cpython as _cpython
 from . import errpipe as _errpipe
 from . import execute_child as _execute_child
 from . import forkexec as _forkexec
-from . import interrupts
+from . import interrupts  # noqa: F401  # names the thread that holds SIGINT back
 from . import pidfd as _pidfd
 from . import posixspawn as _posixspawn
-from .setupkeywords import SETUP_KEYWORDS, setup_kwargs_to_preexec_fn
+from .setupkeywords import SETUP_DEFAULTS, SETUP_KEYWORDS, setup_kwargs_to_preexec_fn
 
 __all__ = [
     "Popen", "run", "call", "check_call", "check_output", "getoutput",
@@ -161,8 +161,10 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     when it holds none.
 
     A KeyboardInterrupt that arrives while it starts the child is raised
-    once the child has started; as the caller then never gets the Popen, its
-    child is killed and reaped and its pipes closed (see ``interrupts``).
+    once the child has started (at once while it waits for a ``preexec_fn``
+    in a fork() child, as in CPython); as the caller then never gets the
+    Popen, its child is killed and reaped and its pipes closed (see
+    ``interrupts``).
     """
 
     def _execute_child(self, *args: Any, **kwargs: Any) -> None:
@@ -170,29 +172,6 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
         # import of rdmaspawn should pay. Later spawns call the result.
         Popen._execute_child = _execute_child_method()  # type: ignore[method-assign]
         Popen._execute_child(self, *args, **kwargs)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if _INTERNALS is None:
-            _cpython.require()  # raises, before any pipe: a CPython we do not know
-        if kwargs and not SETUP_KEYWORDS.isdisjoint(kwargs):
-            # The setup travels as a preexec_fn value that fork_exec recognises.
-            args, kwargs = setup_kwargs_to_preexec_fn(args, kwargs)
-        owner = interrupts.owner()
-        try:
-            if owner:
-                interrupts.hold()
-            super().__init__(*args, **kwargs)
-            if owner:
-                # A SIGINT held back raises here (no Popen), and one that
-                # came after the replay at the release.
-                interrupts.finish()
-        except BaseException:
-            try:
-                self._discard()  # under the hold, unless the release raised
-            finally:
-                if owner:
-                    interrupts.release()
-            raise
 
     def _discard(self) -> None:
         """Undo a Popen that its caller will never get: kill and reap its
@@ -264,14 +243,96 @@ Popen.__module__ = "rdmaspawn"
 _NS["Popen"] = Popen
 
 # What Popen adds to CPython's __init__, the SIGINT hold, cost more as Python
-# frames than the hold itself, on every Popen: __init__ is a C method
-# descriptor (csrc/python/popen_init.c) that hands the Python one above every
-# call it does not take (a subclass's instance, setup keywords).
-_init_python = Popen.__init__
-if _INTERNALS is not None:
-    Popen.__init__ = _capi.popen_init_new(  # type: ignore[method-assign]
-        subprocess.Popen, Popen, _init_python, SETUP_KEYWORDS, _signal.getsignal,
-        _signal.raise_signal)
+# frames than the hold itself, on every Popen: __init__ is one Python
+# function, made here from CPython's own (its parameters, from its code
+# object: start-up has no inspect) plus the setup keywords, so that it
+# answers introspection as CPython's does; its one statement hands every
+# value to csrc/python/popen_init.c, which holds SIGINT around CPython's
+# __init__ and ends the hold.
+_CPYTHON_INIT = subprocess.Popen.__init__
+_NO_DEFAULT = object()  # a parameter without one: always passed on
+
+
+def _init_parameters() -> tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...],
+                                tuple[Any, ...]]:
+    """CPython's positional parameters (self first) and keyword-only ones,
+    and each one's default (:data:`_NO_DEFAULT` where it has none)."""
+    code = _CPYTHON_INIT.__code__
+    if code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_posonlyargcount:
+        raise _cpython.UnsupportedPython(
+            "subprocess.Popen.__init__ takes *args, **kwargs or positional-only "
+            "parameters: rdmaspawn.Popen cannot pass them on")
+    positional = code.co_varnames[:code.co_argcount]
+    kwonly = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    defaults = _CPYTHON_INIT.__defaults__ or ()
+    kwdefaults = _CPYTHON_INIT.__kwdefaults__ or {}
+    return (positional, kwonly,
+            (_NO_DEFAULT,) * (len(positional) - len(defaults)) + defaults,
+            tuple(kwdefaults.get(name, _NO_DEFAULT) for name in kwonly))
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+try:
+    _POSITIONAL, _KWONLY, _POSITIONAL_DEFAULTS, _KWONLY_DEFAULTS = _init_parameters()
+    _init_error: _cpython.UnsupportedPython | None = None
+except _cpython.UnsupportedPython as _exc:
+    _POSITIONAL, _KWONLY, _POSITIONAL_DEFAULTS, _KWONLY_DEFAULTS = ("self",), (), (None,), ()
+    _init_error = _exc
+#: Every parameter after self, as __init__ hands them over, and its default.
+_NAMES = _POSITIONAL[1:] + _KWONLY + tuple(SETUP_DEFAULTS)
+_DEFAULTS = _POSITIONAL_DEFAULTS[1:] + _KWONLY_DEFAULTS + tuple(SETUP_DEFAULTS.values())
+_REQUIRED = _POSITIONAL_DEFAULTS.count(_NO_DEFAULT) - 1
+
+
+def _prepare(self: Popen, *values: Any) -> tuple[Callable[..., None], tuple[Any, ...],
+                                                  dict[str, Any]]:
+    """The call of the next __init__ in the MRO that any call but the plain
+    one makes (popen_init.c): a subclass's instance, a setup keyword given.
+    The required arguments positionally, every other one given a value that
+    is not its default by name."""
+    args = values[:_REQUIRED]
+    kwargs = {name: value for name, value, default
+              in zip(_NAMES[_REQUIRED:], values[_REQUIRED:], _DEFAULTS[_REQUIRED:])
+              if value is not default}
+    if not SETUP_KEYWORDS.isdisjoint(kwargs):
+        # The setup travels as a preexec_fn value that fork_exec recognises.
+        args, kwargs = setup_kwargs_to_preexec_fn(args, kwargs)
+    return super(Popen, self).__init__, args, kwargs
+
+
+def _refuse(self: Popen, *values: Any) -> None:
+    """__init__'s body on a CPython whose internals rdmaspawn does not know:
+    raises, before any pipe."""
+    if _init_error is not None:
+        raise _init_error
+    _cpython.require()
+
+
+def _make_init() -> Callable[..., None]:
+    names = _POSITIONAL + _KWONLY + tuple(SETUP_DEFAULTS)
+    source = (f"class Popen:\n"
+              f" def __init__({', '.join(_POSITIONAL)}, *, {', '.join(names[len(_POSITIONAL):])}):\n"
+              f"  return _init_body({', '.join(names)})\n")
+    namespace: dict[str, Any] = {}
+    # Compiled in this module's globals, where _init_body is looked up.
+    exec(compile(source, "<rdmaspawn.Popen.__init__>", "exec"), globals(), namespace)
+    init: Callable[..., None] = namespace["Popen"].__dict__["__init__"]
+    init.__defaults__ = tuple(d for d in _POSITIONAL_DEFAULTS if d is not _NO_DEFAULT) or None
+    init.__kwdefaults__ = {name: default for name, default
+                           in zip(names[len(_POSITIONAL):], _DEFAULTS[len(_POSITIONAL) - 1:])
+                           if default is not _NO_DEFAULT}
+    init.__doc__ = _CPYTHON_INIT.__doc__
+    init.__module__ = "rdmaspawn"
+    return init
+
+
+_init_body: Callable[..., None] = _refuse
+if _INTERNALS is not None and _init_error is None:
+    _init_body = _capi.popen_init_new(
+        subprocess.Popen, Popen, _prepare,
+        (len(_POSITIONAL), _KWONLY, _KWONLY_DEFAULTS, tuple(SETUP_DEFAULTS.values())),
+        _signal.getsignal, _signal.raise_signal)
+Popen.__init__ = _make_init()  # type: ignore[method-assign]
 
 run = _rebind(subprocess.run, "run")
 call = _rebind(subprocess.call, "call")

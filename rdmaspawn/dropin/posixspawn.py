@@ -78,8 +78,9 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
                               a["c2pwrite"], a["errwrite"]) if fd != -1)
     env_list = arguments.posix_spawn_args(executable, a["args"], env, fds,
                                           internals.posix_spawn_str_nul)
-    flags = ((a.get("close_fds", False) and _request.CLOSE_FDS)
-             | (a["restore_signals"] and _request.RESTORE_SIGNALS)
+    # By their truth, in _posix_spawn's order, as its ifs take them.
+    flags = ((_request.RESTORE_SIGNALS if a["restore_signals"] else 0)
+             | (_request.CLOSE_FDS if a.get("close_fds", False) else 0)
              | _request.REAP_ON_FAILURE)
     try:
         pid, _ = _engine.spawn_request(_request.SpawnRequest(

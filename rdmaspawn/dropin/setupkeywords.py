@@ -12,7 +12,7 @@ from typing import Any
 from .._child.model import Chain, ChildSetup, build, merge
 from . import cpython as _cpython
 
-__all__ = ["SETUP_KEYWORDS", "setup_kwargs_to_preexec_fn"]
+__all__ = ["SETUP_KEYWORDS", "SETUP_DEFAULTS", "setup_kwargs_to_preexec_fn"]
 
 # rdmaspawn.Popen's keyword arguments and the ChildSetup field each sets.
 _POPEN_KWARGS = {
@@ -25,6 +25,11 @@ _POPEN_KWARGS = {
 #: The keywords :func:`setup_kwargs_to_preexec_fn` folds: a Popen given none
 #: of them need not call it.
 SETUP_KEYWORDS = frozenset(_POPEN_KWARGS)
+
+#: Each keyword's default, in Popen's order: build()'s for its field (each
+#: one that sets nothing).
+SETUP_DEFAULTS = {keyword: (build.__kwdefaults__ or {})[field]
+                  for keyword, field in _POPEN_KWARGS.items()}
 
 
 def setup_kwargs_to_preexec_fn(args: tuple[Any, ...], kwargs: dict[str, Any]

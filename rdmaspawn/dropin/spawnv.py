@@ -25,10 +25,13 @@ def spawnvef(mode: int, file: Any, args: Sequence[Any],
         raise ValueError("argv first element cannot be empty")
     try:
         pid = _start(file, args, env, func)
-    except (TypeError, ValueError):
-        # What os.exec*() refuses (a NUL, an int path, a bad env name)
-        # raises in CPython's forked child, which then exits with 127: start
-        # a child that does just that (an empty exec list fails at once).
+    except _engine.SpawnError as err:
+        pid = _started(err)
+    except Exception:  # noqa: BLE001 - CPython's child catches every one
+        # Anything the conversion raises (a NUL, an int path, a bad env, a
+        # __fspath__ that raises, an OSError) CPython raises in its forked
+        # child, which then exits with 127: start a child that does just
+        # that (an empty exec list fails at once).
         pid = _start_failed()
     if mode == os.P_NOWAIT:
         return pid
@@ -58,16 +61,21 @@ def _start(file: Any, args: Sequence[Any], env: Mapping[Any, Any] | None,
 
 
 def _start_failed() -> int:
-    return _spawn([b"-"], [], None)
+    try:
+        return _spawn([b"-"], [], None)
+    except _engine.SpawnError as err:
+        return _started(err)
+
+
+def _started(err: _engine.SpawnError) -> int:
+    """The child that failed before exec (it exited with 127, as a forked
+    child would have); with none, the OSError of a failed fork()."""
+    if err.pid is None:
+        raise OSError(err.errno, os.strerror(err.errno)) from None
+    return err.pid
 
 
 def _spawn(argv: Sequence[Any], exec_list: Sequence[Any], env_list: list[bytes] | None) -> int:
-    try:
-        pid, _ = _engine.spawn(argv, exec_list, env=env_list, close_fds=False,
-                               restore_signals=False, reap_on_failure=False,
-                               fail_status=127)
-    except _engine.SpawnError as err:
-        if err.pid is None:
-            raise OSError(err.errno, os.strerror(err.errno)) from None
-        pid = err.pid  # exited with 127, as a forked child would have
+    pid, _ = _engine.spawn(argv, exec_list, env=env_list, close_fds=False,
+                           restore_signals=False, reap_on_failure=False, fail_status=127)
     return pid

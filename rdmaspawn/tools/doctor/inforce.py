@@ -15,6 +15,9 @@ the fork repair               libibverbs' marks kept off the pages a fork() chil
 
 Any of the first three makes a process "protected"; none, "not protected";
 a process whose mappings cannot be read is "unknown", never "protected".
+``patch()`` and ``guard()`` are each interpreter's own: where one interpreter
+of the process could not load the patch (a sub-interpreter, which cannot
+load the core), only the fork repair protects it.
 The markers' names are ``rdmaspawn._startup.markers``'.
 """
 
@@ -24,7 +27,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..._host.procfs import Mapping
-from ..._startup.markers import GUARD_PREFIX, MEMFD, PATCHED, REPAIRED
+from ..._startup.markers import GUARD_PREFIX, MEMFD, PATCHED, REPAIRED, UNPROTECTED_PREFIX
 
 __all__ = ["PROTECTED", "NOT_PROTECTED", "UNKNOWN", "InForce", "from_mappings"]
 
@@ -42,6 +45,9 @@ class InForce:
     guarded: str | None = None
     repaired: bool | None = None
     known: bool = False
+    #: Why an interpreter of the process starts its children unpatched
+    #: (markers.UNPROTECTED_PREFIX's reason), or None.
+    unprotected: str | None = None
 
     @property
     def protection(self) -> str:
@@ -53,6 +59,8 @@ class InForce:
     def by(self) -> list[str]:
         """What protects it: ``"repair"``, ``"patch"``, ``"guard"`` (raise only)."""
         out = ["repair"] if self.repaired else []
+        if self.unprotected:  # that interpreter has neither patch() nor guard()
+            return out
         out += ["patch"] if self.patched else []
         return out + (["guard"] if self.guarded == "raise" else [])
 
@@ -70,21 +78,39 @@ class InForce:
             return "unknown (its mappings cannot be read)"
         said = {"repair": "the fork repair", "patch": "patch()", "guard": "guard('raise')"}
         parts = [said[b] for b in self.by]
-        if self.guarded == "warn":
-            parts.append("guard('warn'), which only warns")
+        note = None
+        if self.unprotected:
+            note = _REASONS.get(self.unprotected,
+                                f"an interpreter is not patched ({self.unprotected})")
+        elif self.guarded == "warn":
+            note = "guard('warn'), which only warns"
         if not self.by:
-            return "not protected" + (f" ({parts[0]})" if parts else "")
-        left = self.uncovered()
+            return "not protected" + (f" ({note})" if note else "")
+        if note and not self.unprotected:
+            parts.append(note)
+        left = note if self.unprotected else self.uncovered()
         return "protected by " + ", ".join(parts) + (f"; {left}" if left else "")
 
     def to_dict(self) -> dict[str, object]:
         return {"protection": self.protection, "protected_by": self.by,
-                "patched": self.patched, "guarded": self.guarded, "repaired": self.repaired}
+                "patched": self.patched, "guarded": self.guarded, "repaired": self.repaired,
+                "unprotected": self.unprotected}
 
 
 def from_mappings(mappings: Sequence[Mapping]) -> InForce:
     """What the markers among a process's mappings say."""
     names = {m.path[len(MEMFD):].split(" ", 1)[0] for m in mappings if m.path.startswith(MEMFD)}
     guard = sorted(n[len(GUARD_PREFIX):] for n in names if n.startswith(GUARD_PREFIX))
+    unprotected = sorted(n[len(UNPROTECTED_PREFIX):] for n in names
+                         if n.startswith(UNPROTECTED_PREFIX))
     return InForce(PATCHED in names, guard[0] if guard else None, REPAIRED in names,
-                   known=True)
+                   known=True, unprotected=unprotected[0] if unprotected else None)
+
+
+#: The reasons an interpreter gives for its marker, in words.
+_REASONS = {
+    "subinterpreter": "a sub-interpreter cannot load rdmaspawn's core: the children it "
+                      "starts are unpatched",
+    "load-failed": "an interpreter could not load the patch: the children it starts are "
+                   "unpatched",
+}
