@@ -238,3 +238,60 @@ def test_argv_and_environment_of_every_size_reach_the_child(n_args: int, n_env: 
     child_args, child_env = json.loads(ours.stdout)
     assert child_args == [f"arg{i}" for i in range(n_args)]
     assert {k: v for k, v in child_env.items() if k != "LC_CTYPE"} == env  # C locale coercion
+
+
+_REFUSED = {
+    "str executable": {"executable_list": ["/bin/true"]},
+    "str env": {"env_list": ["A=1"]},
+    "fds_to_keep a list": {"fds_to_keep": []},
+    "fds_to_keep unsorted": {"fds_to_keep": (5, 4)},
+    "argv not a sequence": {"args": 3},
+    "NUL in cwd": {"cwd": "/\0"},
+    "str fd": {"p2cread": "0"},
+    "fd beyond a C long": {"p2cread": 2**63},
+    "fd beyond a C int": {"c2pwrite": 2**40},
+    "float umask": {"child_umask": 1.5},
+    "str restore_signals": {"restore_signals": "yes"},
+    "str gid": {"gid": "x"},
+    "uid 2**32": {"uid": 2**32},
+    "uid 2**64": {"uid": 2**64},
+    "too many groups": {"extra_groups": [0] * 65537},
+    "groups a tuple": {"extra_groups": (0,)},
+    "a str group": {"extra_groups": ["0"]},
+    "a group beyond a gid_t": {"extra_groups": [2**32]},
+    "errpipe_write below 3": {"errpipe_write": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REFUSED))
+def test_a_call_fork_exec_refuses_is_refused_as_cpythons(name):
+    """What CPython's own fork_exec refuses before it starts anything, the C
+    one refuses with the same exception and message, and starts nothing."""
+    from rdmaspawn.dropin import forkexec
+
+    def outcome(function) -> tuple:
+        r, w = os.pipe()
+        kids = children()
+        try:
+            function(*_call(r, w, **{"args": [b"true"], "executable_list": [b"/bin/true"],
+                                     **_REFUSED[name]}))
+        except Exception as exc:  # noqa: BLE001 - compared as a whole
+            return (type(exc), str(exc), children() == kids)
+        finally:
+            os.close(r)
+            os.close(w)
+        return ("started",)
+
+    assert outcome(fork_exec) == outcome(forkexec._cpython_fork_exec())
+
+
+def test_keywords_and_a_wrong_count_are_refused_as_cpythons():
+    from rdmaspawn.dropin import forkexec
+
+    theirs = forkexec._cpython_fork_exec()
+    for args, kwargs in (((), {"args": 1}), ((1, 2), {})):
+        with pytest.raises(TypeError) as expected:
+            theirs(*args, **kwargs)
+        with pytest.raises(TypeError) as got:
+            fork_exec(*args, **kwargs)
+        assert str(got.value) == str(expected.value)

@@ -190,12 +190,6 @@ static int id_value(PyObject *o, const char *what, long long *out)
         return 0;
     }
     long v = PyLong_AsLongAndOverflow(index, &overflow);
-    unsigned long u = 0;
-    if (overflow > 0) {
-        u = PyLong_AsUnsignedLong(index);
-        if (u == (unsigned long)-1 && PyErr_Occurred())
-            PyErr_Clear();
-    }
     Py_DECREF(index);
     if (!overflow && v == -1 && PyErr_Occurred())
         return 0;
@@ -207,6 +201,8 @@ static int id_value(PyObject *o, const char *what, long long *out)
         *out = v;
         return 1;
     }
+    /* Beyond a C long: no uid_t either. Within one but not a uid_t: the
+     * truncation check shares the negative case's label. */
     PyErr_Format(PyExc_OverflowError, overflow > 0 ? "%s is greater than maximum"
                                                    : "%s is less than minimum", what);
     return 0;
@@ -357,11 +353,12 @@ static int extra_groups(struct rs_conv *c, PyObject *groups, PyObject *w)
     unsigned int *out = alloc(c, (size_t)n * sizeof(unsigned int) + 1);
     if (!out)
         return 0;
-    for (Py_ssize_t i = 0; i < n && i < PyList_Size(groups); i++) {
+    Py_ssize_t i;
+    for (i = 0; i < n && i < PyList_Size(groups); i++) {
         PyObject *item = PyList_GetItem(groups, i);
         long long gid;
         if (!PyLong_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "extra_groups must be integers");
+            PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(w, W_GROUP_TYPE));
             return 0;
         }
         if (!id_value(item, "gid", &gid)) {
@@ -372,7 +369,7 @@ static int extra_groups(struct rs_conv *c, PyObject *groups, PyObject *w)
         out[i] = gid < 0 ? UINT32_MAX : (unsigned int)gid;
     }
     c->groups = out;
-    c->ngroups = (int)n;
+    c->ngroups = (int)i;
     return 1;
 }
 

@@ -70,6 +70,8 @@ enum rs_fork_exec_param { RS_FORK_EXEC_PARAMS(RS_X_ENUM) RS_N_PARAMS };
 enum rs_wording {
     W_WRONG_COUNT,      /* str.format() with wanted, given */
     W_TOO_MANY_GROUPS,
+    W_GROUP_TYPE,       /* an extra group that is no int */
+    W_NO_KEYWORDS,
     W_INT_RANGE,        /* a C int out of range ("": the next three) */
     W_LONG_RANGE,
     W_INT_GREATER,

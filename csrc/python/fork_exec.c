@@ -133,7 +133,7 @@ static PyObject *spawn(ForkExec *self, PyObject *args, const struct rs_setup *se
 static int counted(ForkExec *self, PyObject *args, PyObject *kwargs)
 {
     if (kwargs && PyDict_Size(kwargs)) {
-        PyErr_SetString(PyExc_TypeError, "fork_exec() takes no keyword arguments");
+        PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(self->wording, W_NO_KEYWORDS));
         return 0;
     }
     if (PyTuple_Size(args) == self->nargs)

@@ -222,7 +222,7 @@ class Internals(NamedTuple):
     #: with the parser (3.12's move to Argument Clinic renamed groups_list).
     too_many_groups: str = ""
     #: All of fork_exec's wording for csrc/python/convert.c, in the order of
-    #: its enum rs_wording: wrong_count, too_many_groups, the C int messages
+    #: its enum rs_wording: _WORDINGS' four for int_parser, the C int messages
     #: of int_parser (_INT_WORDINGS), and "1" where restore_signals and
     #: call_setsid are parsed as C ints ("i", 3.9-3.11) rather than as truth
     #: values (flags_by_truth).
@@ -284,11 +284,16 @@ def _posix_spawn_str_nul() -> str:
 
 
 #: By fork_exec's parser: its wrong-count TypeError (PyArg_ParseTuple's, or
-#: Argument Clinic's _PyArg_CheckPositional) and its too-many-groups ValueError.
+#: Argument Clinic's _PyArg_CheckPositional), its too-many-groups ValueError,
+#: its TypeError for a group that is no int (3.12 renamed groups_list with
+#: the move to Argument Clinic) and its TypeError for keywords.
 _WORDINGS = {
     "format_i": ("fork_exec() takes exactly {wanted} arguments ({given} given)",
-                 "too many groups"),
-    "clinic": ("fork_exec expected {wanted} arguments, got {given}", "too many extra_groups"),
+                 "too many groups", "groups must be integers",
+                 "fork_exec() takes no keyword arguments"),
+    "clinic": ("fork_exec expected {wanted} arguments, got {given}", "too many extra_groups",
+               "extra_groups must be integers",
+               "_posixsubprocess.fork_exec() takes no keyword arguments"),
 }
 
 
@@ -320,7 +325,7 @@ def _fork_exec_parser(wanted: int) -> str:
         said = str(exc)
     else:  # pragma: no cover
         raise AssertionError("fork_exec took no arguments")
-    for parser, (count, _) in _WORDINGS.items():
+    for parser, (count, *_) in _WORDINGS.items():
         if said == count.format(wanted=wanted, given=0):
             return parser
     return ""
