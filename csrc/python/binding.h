@@ -34,7 +34,7 @@ void rs_environ_snapshot(char **out, int count);
 /* A new reference to None. Not Py_RETURN_NONE: the 3.12.0-3.12.x headers
  * define it as a bare `return Py_None` (None is immortal there) even for
  * the limited API, and a module built with them and loaded by 3.9-3.11 then
- * frees None ("deallocating None", measured). Py_INCREF keeps the count
+ * frees None ("deallocating None"). Py_INCREF keeps the count
  * right on every version. */
 static inline PyObject *none(void)
 {

@@ -1,9 +1,8 @@
 /*
  * pipe(), read() and close() of the error pipe kept in memory
  * (rdmaspawn/dropin/errpipe.py says why and what the numbers are). CPython's
- * recompiled _execute_child calls each once per spawn; as Python functions
- * the three cost a 3.12 spawn about 1,000 instructions more than these
- * (callgrind), on the big ints (2**30 and up) the numbers are.
+ * recompiled _execute_child calls each once per spawn: as builtins, without
+ * a Python frame each, on the big ints (2**30 and up) the numbers are.
  *
  * pipe() is given the fork_exec that the method is about to call, and keeps
  * the pipe in memory only where that is one of rdmaspawn's, reached through

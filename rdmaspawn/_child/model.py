@@ -39,7 +39,7 @@ class ChildSetup(NamedTuple):
     """What the child does between clone and exec; every field optional.
 
     A NamedTuple, not a dataclass: ``dataclasses`` imports ``inspect`` and
-    ``ast``, ~30 ms of every interpreter's start-up under ``RDMASPAWN``.
+    ``ast``, which every interpreter's start-up under ``RDMASPAWN`` would pay.
 
     ``nice`` is an increment, as ``os.nice``; ``ioprio`` is ``(class, level)``;
     ``rlimits`` is a tuple of ``(resource, soft, hard)``; signal sets hold

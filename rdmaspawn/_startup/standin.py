@@ -23,9 +23,9 @@ The guard's wrappers of ``os.fork`` and ``os.forkpty`` wait the same way,
 for the first fork: under ``RDMASPAWN``'s guard, start-up puts a stand-in at
 each (:func:`install_forks`), and the first call of one, or the first use of
 ``tools.guard``'s functions (:func:`give_way_forks`), loads the guard and
-puts its wrappers in their place.  Loading ``tools.guard`` at start-up was
-2.2 M of the 8.0 M instructions that ``RDMASPAWN=on`` added to ``python -c
-pass`` on 3.11 (callgrind).  The guard's wrapper of ``os.fork`` skips a
+puts its wrappers in their place: loading ``tools.guard`` at start-up would
+be a large share of what ``RDMASPAWN=on`` adds to every interpreter
+(docs/benchmark.md).  The guard's wrapper of ``os.fork`` skips a
 stand-in's frame (:data:`STANDIN_CODE`) to find the line that called it.
 
 This module imports nothing the interpreter has not loaded already; what it

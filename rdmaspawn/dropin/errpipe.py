@@ -3,9 +3,8 @@
 CPython's ``_execute_child`` makes a pipe on every spawn for one purpose: a
 child that fails before ``execve`` writes what failed into it ("OSError:2:"),
 and the parent reads it once the child has exec'd or died. Its four system
-calls (pipe2, two closes and a read) cost 5.6 us of CPU in a loop in C on
-the development VM, against 0.42 us for a sigaction (docs/benchmark.md,
-issue 29). The engine's child never writes it: it reports through shared
+calls (pipe2, two closes and a read) are a large share of what the parent
+spends per spawn (docs/benchmark.md). The engine's child never writes it: it reports through shared
 memory, and ``fork_exec`` writes the pipe in the parent for it. So
 rdmaspawn.Popen, and CPython's Popen under ``patch()``, run CPython's
 ``_execute_child`` recompiled to call :data:`CALLS` instead of ``os``'s

@@ -17,10 +17,9 @@ gate of the pipe's lines (``errpipe_calls()``) must pass: each of the four
 calls once, the pipe named in no other statement than those it knows, and
 one call of fork_exec. Otherwise (no source file, a CPython that reads its
 pipe some other way, or hands it to one more call) :func:`code` returns None
-and the method stays
-CPython's, with a real pipe. Reading and compiling twice cost about 6 ms on
-the development VM (3.12), once per process and not before the first spawn
-that needs it (rdmaspawn.Popen's) or ``patch()``.
+and the method stays CPython's, with a real pipe. Reading and compiling
+twice is milliseconds (docs/benchmark.md): done once per process, not before
+the first spawn that needs it (rdmaspawn.Popen's) or ``patch()``, never at import.
 """
 from __future__ import annotations
 

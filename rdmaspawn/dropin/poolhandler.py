@@ -93,7 +93,8 @@ def install() -> None:
 
 def install_when_imported() -> None:
     """:func:`install` now if multiprocessing.pool is imported, else when it
-    is (importing it here would cost every guarded process ~15 ms)."""
+    is (importing it here would cost every guarded process multiprocessing's
+import, docs/benchmark.md)."""
     global _requested
     with _lock:
         if _requested:

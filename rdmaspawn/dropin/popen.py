@@ -198,7 +198,7 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
 
     def _wait(self, timeout: float | None) -> int | None:
         # On every Popen: CPython's _wait called directly (a super() object
-        # cost 3.11 as much as the rest), where the mixin's has nothing to
+        # costs more than the rest of the call), where the mixin's has nothing to
         # do: no timeout, no pidfd kept by this process yet, and no class of
         # a subclass's between this one and CPython's in the MRO.
         if timeout is None and not _pidfd.any_opened and type(self) is Popen:
@@ -215,7 +215,7 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
         def _get_handles(self, stdin: Any, stdout: Any, stderr: Any) -> Any:
             if stdin is None and stdout is None and stderr is None:
                 # Nothing to make, so nothing to leak: CPython's, without
-                # the recording, which cost a 3.10 Popen([...]) 7% more.
+                # the recording, which every Popen([...]) would pay for.
                 return _CPYTHON_POPEN._get_handles(  # type: ignore[attr-defined]
                     self, stdin, stdout, stderr)
             made = self._rdmaspawn_made = _FdRecorder.begin()
