@@ -589,6 +589,15 @@ static int convert_request(PyObject *q, struct rs_conv *c, PyObject **exec_list)
     return engine_id(f[F_GID], "gid", &c->gid) && engine_id(f[F_UID], "uid", &c->uid);
 }
 
+/* exc (a new reference, or NULL with an exception set) raised: NULL. */
+static PyObject *raise_made(PyObject *exc)
+{
+    if (exc)
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_XDECREF(exc);
+    return NULL;
+}
+
 /* engine._spawn_error (set once by engine.py): the SpawnError of a failure. */
 static PyObject *spawn_error;
 
@@ -607,13 +616,8 @@ PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject 
         PyErr_SetString(PyExc_RuntimeError, "rdmaspawn: no SpawnError maker set");
         return NULL;
     }
-    PyObject *exc = PyObject_CallFunction(spawn_error, "iiiiiOO", res->err, res->step,
-                                          res->pid, res->exec_index, flags, cwd, exec_list);
-    if (exc) {
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return raise_made(PyObject_CallFunction(spawn_error, "iiiiiOO", res->err, res->step,
+                                            res->pid, res->exec_index, flags, cwd, exec_list));
 }
 
 PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address)
@@ -863,9 +867,6 @@ PyObject *rs_spawn_posix(PyObject *call, PyObject *spec)
     PyObject *exc = message ? PyObject_CallFunction(PyExc_OSError, "iOO", res.err, message,
                                                     PyTuple_GetItem(call, at[AT_EXECUTABLE]))
                             : NULL;
-    if (exc)
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    Py_XDECREF(exc);
     Py_XDECREF(message);
-    return NULL;
+    return raise_made(exc);
 }
