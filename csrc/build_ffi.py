@@ -13,7 +13,7 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["spawn.c", "child.c", "report.c", "forkinit.c", "forkprobe.c", "exactmarks.c", "forkrepair.c", "forkwatch.c", "gotslot.c", "marker.c", "packed.c",
            "mapwalk.c", "setup.c", "unmark.c", "python/convert.c", "python/environ.c", "python/errpipe.c", "python/fork_exec.c", "python/functions.c",
-           "python/heldfork.c", "python/plain.c", "python/popen_init.c", "python/posix_spawn.c",
+           "python/heldfork.c", "python/popen_init.c",
            "python/sigint.c"]
 
 

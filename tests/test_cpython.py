@@ -166,17 +166,6 @@ def test_wrong_count_is_fork_exec_s_own():
         assert str(raised.value) == internals.wrong_count.format(wanted=wanted, given=given)
 
 
-@pytest.mark.parametrize("value", [2**31, -2**31 - 1, 2**63])
-def test_int_parser_is_fork_exec_s_own(value):
-    """c_int() with the looked-up parser refuses an int out of range as
-    CPython's fork_exec does (p2cread, converted before anything happens)."""
-    with pytest.raises(OverflowError) as cpython_said:
-        _posixsubprocess.fork_exec(*_fork_exec_args(p2cread=value))
-    with pytest.raises(OverflowError) as ours:
-        _cpython.c_int(value, _cpython.require().int_parser)
-    assert str(ours.value) == str(cpython_said.value)
-
-
 def test_too_many_groups_is_fork_exec_s_own():
     """The looked-up ValueError is CPython's for one group more than
     NGROUPS_MAX (counted before it forks)."""
@@ -218,18 +207,6 @@ def _cpython_posix_spawn() -> Any:
     if method is posixspawn.posix_spawn_method:
         pytest.skip("patched: CPython's Popen._posix_spawn is not in place")
     return method
-
-
-@pytest.mark.parametrize("value, parser, message", [
-    (2**31, "format_i", "signed integer is greater than maximum"),
-    (-2**31 - 1, "format_i", "signed integer is less than minimum"),
-    (2**63, "format_i", "Python int too large to convert to C long"),
-    (2**31, "clinic", "Python int too large to convert to C int"),
-    (-2**63 - 1, "clinic", "Python int too large to convert to C int"),
-])
-def test_c_int_overflow_messages(value, parser, message):
-    with pytest.raises(OverflowError, match=message):
-        _cpython.c_int(value, parser)
 
 
 def test_a_changed_execute_child_is_refused_before_anything_starts():

@@ -219,7 +219,7 @@ def test_a_c_table_that_is_not_fork_exec_calls_is_refused(monkeypatch):
 @pytest.mark.parametrize("n_args, n_env", [(3, 3), (40, 3), (3, 400), (300, 300)])
 def test_argv_and_environment_of_every_size_reach_the_child(n_args: int, n_env: int) -> None:
     """The C path keeps the first strings and pointer arrays in its own frame
-    and the rest in a list and a PyMem block (csrc/python/plain.c): a child
+    and the rest in a list and a PyMem block (csrc/python/convert.c): a child
     gets every argument and variable either way, str and bytes, as under
     CPython's subprocess."""
     import json
@@ -250,6 +250,8 @@ _REFUSED = {
     "str fd": {"p2cread": "0"},
     "fd beyond a C long": {"p2cread": 2**63},
     "fd beyond a C int": {"c2pwrite": 2**40},
+    "fd just above a C int": {"p2cread": 2**31},
+    "fd just below a C int": {"p2cread": -2**31 - 1},
     "float umask": {"child_umask": 1.5},
     "str restore_signals": {"restore_signals": "yes"},
     "str gid": {"gid": "x"},

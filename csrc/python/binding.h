@@ -1,7 +1,7 @@
 /*
  * What csrc/python/ adds for the Python binding only: the C fork_exec
- * (fork_exec.c), the plain posix_spawn call (posix_spawn.c), the engine's
- * request (convert.c), Popen's __init__ (popen_init.c), the
+ * (fork_exec.c), Popen._posix_spawn's call and the engine's request
+ * (convert.c), Popen's __init__ (popen_init.c), the
  * SIGINT hold (sigint.c) and the rest, made builtins of the extension module
  * rdmaspawn._native._capi by functions.c.
  */
@@ -70,10 +70,10 @@ PyObject *rs_fork_exec_setup(PyObject *op, PyObject *args, PyObject *setup_addre
  * of rdmaspawn's (errpipe.c): a new tuple of three. */
 PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd, PyObject *guard_mark);
 
-/* Popen._posix_spawn's plain call (its positional arguments, call) spawned:
- * the pid, or None where the call is not plain; positions is bytes, where
- * each parameter sits in the call (see posix_spawn.c). */
-PyObject *rs_spawn_posix_plain(PyObject *call, PyObject *positions);
+/* Popen._posix_spawn's call (its positional arguments) converted and
+ * spawned as os.posix_spawn would: the pid, or its exception; conversion is
+ * dropin/cpython.py's PosixSpawn.conversion (convert.c). */
+PyObject *rs_spawn_posix(PyObject *call, PyObject *conversion);
 
 /* SpawnRequest's field names, in the order rs_spawn_request() reads them
  * (convert.c): a new tuple of str. */

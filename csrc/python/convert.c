@@ -6,7 +6,7 @@
  * bytes where fork_exec takes bytes only), raising CPython's exception in
  * CPython's order. One function per entry shape: rs_convert_fork_exec()
  * (fork_exec's positional call), rs_spawn_request() (the engine's
- * SpawnRequest) and, in posix_spawn.c, Popen._posix_spawn's call. The
+ * SpawnRequest) and rs_spawn_posix() (Popen._posix_spawn's call). The
  * wording that differs between CPython versions comes from
  * rdmaspawn/dropin/cpython.py, handed over once, never written here.
  */
@@ -17,9 +17,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rdmaspawn.h"
 #include "binding.h"
@@ -587,6 +589,15 @@ static int convert_request(PyObject *q, struct rs_conv *c, PyObject **exec_list)
     return engine_id(f[F_GID], "gid", &c->gid) && engine_id(f[F_UID], "uid", &c->uid);
 }
 
+/* exc (a new reference, or NULL with an exception set) raised: NULL. */
+static PyObject *raise_made(PyObject *exc)
+{
+    if (exc)
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_XDECREF(exc);
+    return NULL;
+}
+
 /* engine._spawn_error (set once by engine.py): the SpawnError of a failure. */
 static PyObject *spawn_error;
 
@@ -605,13 +616,8 @@ PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject 
         PyErr_SetString(PyExc_RuntimeError, "rdmaspawn: no SpawnError maker set");
         return NULL;
     }
-    PyObject *exc = PyObject_CallFunction(spawn_error, "iiiiiOO", res->err, res->step,
-                                          res->pid, res->exec_index, flags, cwd, exec_list);
-    if (exc) {
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return raise_made(PyObject_CallFunction(spawn_error, "iiiiiOO", res->err, res->step,
+                                            res->pid, res->exec_index, flags, cwd, exec_list));
 }
 
 PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address)
@@ -643,4 +649,224 @@ PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address)
         out = Py_BuildValue("(ii)", res.pid, res.pidfd);
     Py_DECREF(exec_list);
     return out;
+}
+
+/* --- Popen._posix_spawn's call ------------------------------------------------- */
+
+/* What the positions bytes hold, in this order (dropin/cpython.py's
+ * PosixSpawn.positions): the call's length, then where each parameter sits
+ * in it (NO_CLOSE_FDS: none, as before 3.13). */
+enum at {
+    AT_COUNT, AT_ARGS, AT_EXECUTABLE, AT_ENV, AT_RESTORE_SIGNALS, AT_CLOSE_FDS,
+    AT_P2CREAD, AT_P2CWRITE, AT_C2PREAD, AT_C2PWRITE, AT_ERRREAD, AT_ERRWRITE, N_AT
+};
+#define NO_CLOSE_FDS 0xff
+
+/* What the conversion tuple holds (PosixSpawn.conversion). */
+enum spec {
+    S_POSITIONS,    /* bytes: enum at */
+    S_WORDING,      /* enum rs_wording's tuple: the file actions' "i" parser */
+    S_STR_NUL,      /* os.posix_spawn's ValueError for a str path with a NUL */
+    S_BYTES_NUL,    /* and for a bytes one */
+    S_NO_MAPPING,   /* its TypeError for an env that is no mapping */
+    S_OS,           /* os, whose environ env=None means; None: the C environ */
+    N_SPEC
+};
+
+/* os.posix_spawn's path, converted as its path_t converter converts it. */
+static const char *spawn_path(struct rs_conv *c, PyObject *o, PyObject *spec)
+{
+    char *s;
+    Py_ssize_t n;
+
+    if (!PyUnicode_Check(o) && !PyBytes_Check(o)) {
+        PyObject *fspath = PyObject_HasAttrString((PyObject *)Py_TYPE(o), "__fspath__")
+                           ? PyOS_FSPath(o) : NULL;
+        if (!fspath) {
+            PyObject *name = PyErr_Occurred() ? NULL : type_name(o);
+            if (name)
+                PyErr_Format(PyExc_TypeError,
+                             "posix_spawn: path should be string, bytes or os.PathLike, not %U",
+                             name);
+            Py_XDECREF(name);
+            return NULL;
+        }
+        o = fspath;
+    } else {
+        Py_INCREF(o);
+    }
+    int is_str = PyUnicode_Check(o);
+    PyObject *bytes = is_str ? PyUnicode_EncodeFSDefault(o) : o;
+    if (is_str)
+        Py_DECREF(o);
+    if (!bytes || !keep(c, bytes) || PyBytes_AsStringAndSize(bytes, &s, &n) < 0)
+        return NULL;
+    if ((size_t)n != strlen(s)) {
+        PyErr_SetObject(PyExc_ValueError, PyTuple_GetItem(spec, is_str ? S_STR_NUL : S_BYTES_NUL));
+        return NULL;
+    }
+    return s;
+}
+
+/* env as os.posix_spawn's parse_envlist reads it: keys(), then values(). */
+static char **environment(struct rs_conv *c, PyObject *env)
+{
+    Py_ssize_t n = PyMapping_Size(env);
+    char **out = n < 0 ? NULL : alloc(c, ((size_t)n + 1) * sizeof(char *));
+    PyObject *keys = out ? PyMapping_Keys(env) : NULL;
+    PyObject *values = keys && keep(c, keys) ? PyMapping_Values(env) : NULL;
+    if (!values || !keep(c, values))
+        return NULL;
+    if (!PyList_Check(keys) || !PyList_Check(values)) {
+        PyErr_SetString(PyExc_TypeError, "env.keys() or env.values() is not a list");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GetItem(keys, i), *value = PyList_GetItem(values, i);
+        const char *k = key ? string(c, key, 0) : NULL;
+        if (!k || !value)
+            return NULL;
+        if (!k[0] || strchr(k + 1, '=')) {
+            PyErr_SetString(PyExc_ValueError, "illegal environment variable name");
+            return NULL;
+        }
+        const char *v = string(c, value, 0);
+        PyObject *pair = v ? PyBytes_FromFormat("%s=%s", k, v) : NULL;
+        if (!pair || !keep(c, pair))
+            return NULL;
+        out[i] = PyBytes_AsString(pair);
+    }
+    out[n] = NULL;
+    return out;
+}
+
+/* The call converted into c, in _posix_spawn's order, then os.posix_spawn's:
+ * 1, or 0 with CPython's exception set. */
+static int convert_posix_spawn(PyObject *call, const unsigned char *at, PyObject *spec,
+                               struct rs_conv *c)
+{
+    /* _posix_spawn's file actions: the closes, then the dup2s to 0, 1, 2. */
+    static const enum at action_fds[6] = {
+        AT_P2CWRITE, AT_C2PREAD, AT_ERRREAD, AT_P2CREAD, AT_C2PWRITE, AT_ERRWRITE,
+    };
+    PyObject *w = PyTuple_GetItem(spec, S_WORDING), *os = PyTuple_GetItem(spec, S_OS);
+    PyObject *env = PyTuple_GetItem(call, at[AT_ENV]), *minus_one = PyLong_FromLong(-1);
+    int restore, close_fds = 0, taken[6], fds[6];
+
+    /* _posix_spawn's own statements: env, restore_signals, the fds, close_fds. */
+    if (!minus_one || (env == Py_None && os != Py_None
+                       && !((env = PyObject_GetAttrString(os, "environ")) && keep(c, env)))) {
+        Py_XDECREF(minus_one);
+        return 0;
+    }
+    int ok = truth(PyTuple_GetItem(call, at[AT_RESTORE_SIGNALS]), &restore);
+    for (int i = 0; ok && i < 6; i++)
+        ok = (taken[i] = PyObject_RichCompareBool(PyTuple_GetItem(call, at[action_fds[i]]),
+                                                  minus_one, Py_NE)) >= 0;
+    Py_DECREF(minus_one);
+    if (!ok || (at[AT_CLOSE_FDS] != NO_CLOSE_FDS
+                && !truth(PyTuple_GetItem(call, at[AT_CLOSE_FDS]), &close_fds)))
+        return 0;
+
+    /* os.posix_spawn's, in its order. */
+    PyObject *executable = PyTuple_GetItem(call, at[AT_EXECUTABLE]);
+    PyObject *argv = PyTuple_GetItem(call, at[AT_ARGS]);
+    if (!(c->exec_list = alloc(c, 2 * sizeof(char *)))
+            || !(c->exec_list[0] = (char *)spawn_path(c, executable, spec)))
+        return 0;
+    c->exec_list[1] = NULL;
+    if (!PyList_Check(argv) && !PyTuple_Check(argv)) {
+        PyErr_SetString(PyExc_TypeError, "posix_spawn: argv must be a tuple or list");
+        return 0;
+    }
+    if (PySequence_Size(argv) < 1) {
+        PyErr_SetString(PyExc_ValueError, "posix_spawn: argv must not be empty");
+        return 0;
+    }
+    if (env != Py_None && !PyMapping_Check(env)) {
+        PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(spec, S_NO_MAPPING));
+        return 0;
+    }
+    if (!(c->argv = strings(c, argv, NULL, 0)))
+        return 0;
+    if (!c->argv[0][0]) {
+        PyErr_SetString(PyExc_ValueError, "posix_spawn: argv first element cannot be empty");
+        return 0;
+    }
+    if (!(c->envp = env == Py_None ? environ_copy(c) : environment(c, env)))
+        return 0;
+
+    /* Each file action parsed ("i") and added: glibc refuses an fd outside
+     * [0, the fd limit) with EBADF, before any child. */
+    long limit = sysconf(_SC_OPEN_MAX);
+    if (!(c->close_first = alloc(c, 3 * sizeof(int))))
+        return 0;
+    for (int i = 0; i < 6; i++) {
+        fds[i] = -1;
+        if (!taken[i])
+            continue;
+        if (!c_int(PyTuple_GetItem(call, at[action_fds[i]]), w, &fds[i]))
+            return 0;
+        if (fds[i] < 0 || fds[i] >= limit) {
+            errno = EBADF;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return 0;
+        }
+        if (i < 3)
+            c->close_first[c->n_close_first++] = fds[i];
+    }
+    c->stdin_fd = fds[3];
+    c->stdout_fd = fds[4];
+    c->stderr_fd = fds[5];
+    c->flags = (restore ? RS_F_RESTORE_SIGNALS : 0) | (close_fds ? RS_F_CLOSE_FDS : 0)
+               | RS_F_REAP_ON_FAILURE;   /* posix_spawn leaves no child behind */
+    return 1;
+}
+
+/* The positions bytes, each one inside a call of its count: NULL otherwise. */
+static const unsigned char *positions_of(PyObject *spec)
+{
+    char *bytes;
+    Py_ssize_t n;
+    PyObject *positions = PyTuple_GetItem(spec, S_POSITIONS);
+
+    if (!positions || !PyBytes_Check(positions)
+            || PyBytes_AsStringAndSize(positions, &bytes, &n) < 0 || n != N_AT)
+        return NULL;
+    const unsigned char *at = (const unsigned char *)bytes;
+    for (int i = AT_ARGS; i < N_AT; i++)
+        if (at[i] >= at[AT_COUNT] && !(i == AT_CLOSE_FDS && at[i] == NO_CLOSE_FDS))
+            return NULL;
+    return at;
+}
+
+PyObject *rs_spawn_posix(PyObject *call, PyObject *spec)
+{
+    struct rs_conv c;
+    struct rs_result res;
+    const unsigned char *at = PyTuple_Check(spec) && PyTuple_Size(spec) == N_SPEC
+                              ? positions_of(spec) : NULL;
+
+    if (!at || !PyTuple_Check(call) || PyTuple_Size(call) != at[AT_COUNT]) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "spawn_posix: bad arguments");
+        return NULL;
+    }
+    rs_conv_init(&c);
+    if (!convert_posix_spawn(call, at, spec, &c)) {
+        rs_conv_release(&c);
+        return NULL;
+    }
+    rs_conv_spawn(&c, &res);
+    if (!res.err)
+        return PyLong_FromLong(res.pid);
+    /* os.posix_spawn's OSError(errno, strerror, path), the subclass the
+     * errno picks; built by hand, as PyErr_SetFromErrnoWithFilenameObject
+     * runs signal handlers on EINTR. */
+    PyObject *message = PyUnicode_DecodeLocale(strerror(res.err), "surrogateescape");
+    PyObject *exc = message ? PyObject_CallFunction(PyExc_OSError, "iOO", res.err, message,
+                                                    PyTuple_GetItem(call, at[AT_EXECUTABLE]))
+                            : NULL;
+    Py_XDECREF(message);
+    return raise_made(exc);
 }

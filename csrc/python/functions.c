@@ -1,7 +1,7 @@
 /*
  * The binding's C functions that must keep the GIL: what rdmaspawn.Popen
- * calls on every spawn besides fork_exec, and the plain posix_spawn call
- * (posix_spawn.c: it releases the GIL for the spawn alone).
+ * calls on every spawn besides fork_exec, and Popen._posix_spawn's call
+ * (convert.c: it releases the GIL for the spawn alone).
  *
  * cffi releases the GIL for every call it makes, even one that does nothing
  * but set a variable; with several threads spawning, each release is a GIL
@@ -115,13 +115,13 @@ static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
     return rs_fork_exec_params();
 }
 
-static PyObject *spawn_posix_plain(PyObject *module, PyObject *args)
+static PyObject *spawn_posix(PyObject *module, PyObject *args)
 {
-    PyObject *call, *positions;
+    PyObject *call, *conversion;
     (void)module;
-    if (!PyArg_UnpackTuple(args, "spawn_posix_plain", 2, 2, &call, &positions))
+    if (!PyArg_UnpackTuple(args, "spawn_posix", 2, 2, &call, &conversion))
         return NULL;
-    return rs_spawn_posix_plain(call, positions);
+    return rs_spawn_posix(call, conversion);
 }
 
 static PyObject *spawn_request_fields(PyObject *module, PyObject *unused)
@@ -206,9 +206,9 @@ static PyMethodDef functions[] = {
     {"fork_exec_setup", fork_exec_setup, METH_VARARGS,
      "fork_exec_setup(fork_exec, args, setup_address): the call without its preexec_fn, "
      "with the packed setup."},
-    {"spawn_posix_plain", spawn_posix_plain, METH_VARARGS,
-     "spawn_posix_plain(args, positions): Popen._posix_spawn's plain call spawned: "
-     "the pid, or None where the call is not plain."},
+    {"spawn_posix", spawn_posix, METH_VARARGS,
+     "spawn_posix(args, conversion): Popen._posix_spawn's positional call spawned "
+     "(convert.c): the pid, or os.posix_spawn's exception."},
     {"spawn_request_fields", spawn_request_fields, METH_NOARGS,
      "SpawnRequest's field names, in the order spawn_request reads them."},
     {"spawn_request", spawn_request, METH_VARARGS,

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from .. import _rdmaspawn_cffi
 
 __all__ = ["close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "fork_exec_params", "fork_exec_new",
-           "fork_exec_setup", "spawn_posix_plain", "spawn_request_fields", "spawn_request",
+           "fork_exec_setup", "spawn_posix", "spawn_request_fields", "spawn_request",
            "set_spawn_error", "popen_init_new", "errpipe_calls", "held_fork"]
 
 _NAME = "rdmaspawn._native._capi"
@@ -66,11 +66,11 @@ fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
 #: ``fork_exec_setup(fork_exec, args, setup_address)``: that object's call
 #: without its preexec_fn, with the packed ``struct rs_setup`` at the address.
 fork_exec_setup: Callable[[Any, tuple[Any, ...], int], int] = _c.fork_exec_setup
-#: ``spawn_posix_plain(args, positions)``: csrc/python/posix_spawn.c,
-#: ``Popen._posix_spawn``'s plain call (its positional arguments) spawned: the
-#: pid, or None where the call is not plain; ``positions`` says where each
-#: parameter sits (dropin.posixspawn makes it).
-spawn_posix_plain: Callable[[tuple[Any, ...], bytes], int | None] = _c.spawn_posix_plain
+#: ``spawn_posix(args, conversion)``: csrc/python/convert.c,
+#: ``Popen._posix_spawn``'s call (its positional arguments) converted and
+#: spawned as ``os.posix_spawn`` would: the pid, or its exception;
+#: ``conversion`` is ``dropin.cpython.PosixSpawn.conversion``.
+spawn_posix: Callable[[tuple[Any, ...], tuple[Any, ...]], int] = _c.spawn_posix
 #: SpawnRequest's field names in the order spawn_request reads them
 #: (csrc/python/convert.c).
 spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields

@@ -28,7 +28,6 @@ from __future__ import annotations
 import _posixsubprocess
 import dis
 import io
-import operator
 import os
 import subprocess
 import sys
@@ -47,7 +46,6 @@ __all__ = [
     "Internals",
     "PosixSpawn",
     "UnsupportedPython",
-    "c_int",
     "current",
     "errpipe_calls",
     "fork_exec_forks",
@@ -169,10 +167,17 @@ class PosixSpawn(NamedTuple):
     #: Where the six fds sit in it (p2cread, p2cwrite, c2pread, c2pwrite,
     #: errread, errwrite).
     fds: tuple[int, ...]
-    #: The same for csrc/python/posix_spawn.c, a byte each: the call's length,
+    #: The same for csrc/python/convert.c, a byte each: the call's length,
     #: then args, executable, env, restore_signals, close_fds (0xff: not a
     #: parameter before 3.13) and the six fds.
     positions: bytes
+    #: What convert.c's rs_spawn_posix() converts the call with (its enum
+    #: spec): positions; the file actions' int wording (PyArg_ParseTuple's
+    #: "i" on every version, in convert.h's order); os.posix_spawn's
+    #: ValueError for a str path with a NUL, and for a bytes one; its
+    #: TypeError for an env that is no mapping; os where env=None means
+    #: os.environ (posix_spawn_environ), else None (the C environ).
+    conversion: tuple[Any, ...] = ()
 
 
 class Internals(NamedTuple):
@@ -273,14 +278,14 @@ TABLE: dict[tuple[int, int], Internals] = {
 }
 
 
-def _posix_spawn_str_nul() -> str:
-    """os.posix_spawn's own ValueError for a str path with a NUL: its path
-    converter refuses it before anything starts."""
+def _posix_spawn_refuses(*args: Any) -> str:
+    """os.posix_spawn's own message for a call its converters refuse before
+    anything starts (a str path with a NUL, an env that is no mapping)."""
     try:
-        os.posix_spawn("\0", ["\0"], {})
-    except ValueError as exc:
+        os.posix_spawn(*args)
+    except (TypeError, ValueError) as exc:
         return str(exc)
-    raise AssertionError("os.posix_spawn took a path with a NUL")  # pragma: no cover
+    raise AssertionError(f"os.posix_spawn took {args!r}")  # pragma: no cover
 
 
 #: By fork_exec's parser: its wrong-count TypeError (PyArg_ParseTuple's, or
@@ -373,17 +378,22 @@ def _looked_up(internals: Internals) -> Internals:
     posix_spawn, differs = _posix_spawn(popen, internals.posix_spawn_params)
     flags_by_truth = _flags_by_truth(internals.params)
     init_names = innermost(popen.__init__).__code__.co_varnames
+    str_nul = _posix_spawn_refuses("\0", ["\0"], {})
+    environ = posix_spawn is not None and "environ" in posix_spawn.function.__code__.co_names
+    if posix_spawn is not None:
+        posix_spawn = posix_spawn._replace(conversion=(
+            posix_spawn.positions, ("", "", "", "", *_INT_WORDINGS["format_i"], ""), str_nul,
+            POSIX_SPAWN_PATH_NUL, _posix_spawn_refuses("/", ["x"], 0), os if environ else None))
     return internals._replace(
         home=_home(execute_child),
         chdir_tag=(b"noexec:chdir" if "noexec:chdir" in execute_child.__code__.co_consts
                    else b"noexec"),
-        posix_spawn_str_nul=_posix_spawn_str_nul(),
+        posix_spawn_str_nul=str_nul,
         get_handles_cleans_up=hasattr(popen, "_on_error_fd_closer"),
         int_parser=parser,
         wrong_count=_WORDINGS[parser][0] if parser else "",
         too_many_groups=_WORDINGS[parser][1] if parser else "",
-        posix_spawn_environ=(posix_spawn is not None
-                             and "environ" in posix_spawn.function.__code__.co_names),
+        posix_spawn_environ=environ,
         posix_spawn=posix_spawn,
         posix_spawn_differs=differs,
         # Its parameters come first in co_varnames, self the first of them
@@ -678,23 +688,3 @@ def use_vfork_flag() -> bool:
     if internals is not None and "allow_vfork" not in internals.params:
         return True
     return bool(getattr(subprocess, VFORK_FLAG, True))
-
-
-def c_int(value: Any, parser: str) -> int:
-    """``value`` as a C int, with the errors CPython's ``parser`` raises
-    (_INT_WORDINGS): "format_i" is PyArg_ParseTuple's "i" (fork_exec on
-    3.9-3.11, and os.posix_spawn's file actions everywhere); "clinic" is
-    Argument Clinic's int converter (fork_exec on 3.12+)."""
-    int_range, long_range, greater, less, float_type, no_index = _INT_WORDINGS[parser]
-    if float_type and isinstance(value, float):
-        raise TypeError(float_type)
-    if no_index and not hasattr(type(value), "__index__"):
-        raise TypeError(no_index.format(type(value).__name__))
-    value = operator.index(value)
-    if -0x80000000 <= value <= 0x7FFFFFFF:
-        return int(value)
-    if int_range:
-        raise OverflowError(int_range)
-    if not -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
-        raise OverflowError(long_range)
-    raise OverflowError(greater if value > 0 else less)
