@@ -23,6 +23,7 @@ from . import wrapping as _wrapping
 
 __all__ = ["posix_spawn_method"]
 
+
 def _bind(spawn: _cpython.PosixSpawn, args: tuple[Any, ...], kwargs: dict[str, Any]
           ) -> dict[str, Any]:
     """The call's arguments by parameter name, as CPython's function would take them."""
