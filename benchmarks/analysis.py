@@ -120,14 +120,10 @@ def _side_by_side(report: Report, mem: float, threads: int, what: str, sid: str 
             round_ratio_spread(rd.batch_throughput_per_s, df.batch_throughput_per_s))
 
 
-def _median(report: Report, mem: float, threads: int, sid: str) -> float | None:
+def _figure(report: Report, mem: float, threads: int, sid: str,
+            figure: str = "median_us") -> float | None:
     f = report.figures(mem, threads, sid)
-    return f.median_us if f is not None else None
-
-
-def _rate(report: Report, mem: float, threads: int, sid: str) -> float | None:
-    f = report.figures(mem, threads, sid)
-    return f.throughput_per_s if f is not None else None
+    return getattr(f, figure) if f is not None else None
 
 
 def _flat(report: Report, sid: str, lo: float, hi: float, threads: int
@@ -145,10 +141,10 @@ def _flat(report: Report, sid: str, lo: float, hi: float, threads: int
     Without the floor's figures, the plain medians' ratio, said so."""
     if not hi > lo:
         return None, "needs two resident sizes"
-    at_hi, at_lo = _median(report, hi, threads, sid), _median(report, lo, threads, sid)
+    at_hi, at_lo = _figure(report, hi, threads, sid), _figure(report, lo, threads, sid)
     plain = ratio(at_hi, at_lo)
-    floor_hi, floor_lo = (_median(report, hi, threads, FLOOR),
-                          _median(report, lo, threads, FLOOR))
+    floor_hi, floor_lo = (_figure(report, hi, threads, FLOOR),
+                          _figure(report, lo, threads, FLOOR))
     where = f"at {fmt_gib(hi)} / at {fmt_gib(lo)}, {threads} thread(s)"
     drift = ratio(floor_hi, floor_lo)
     if plain is None or drift is None:
@@ -173,13 +169,13 @@ def targets(report: Report) -> list[Target]:
                            fig, "<=", FLAT_MAX, note))
 
     where = f"median at {fmt_gib(lo)}, {lat_threads} thread(s)"
-    rd = _median(report, lo, lat_threads, RDMASPAWN)
-    floor = _median(report, lo, lat_threads, FLOOR)
+    rd = _figure(report, lo, lat_threads, RDMASPAWN)
+    floor = _figure(report, lo, lat_threads, FLOOR)
     out.append(_target("thin (floor)", "rdmaspawn.Popen(...).wait() / C posix_spawn floor",
                        ratio(rd, floor), "<=", THIN_FLOOR_MAX, where))
     out.append(_target("thin (engine / floor)",
                        "rdmaspawn._native.engine.spawn + os.waitpid / C posix_spawn floor",
-                       ratio(_median(report, lo, lat_threads, ENGINE), floor), "<=",
+                       ratio(_figure(report, lo, lat_threads, ENGINE), floor), "<=",
                        THIN_FLOOR_MAX, where))
     fig, spread = _side_by_side(report, lo, lat_threads, "latency")
     out.append(_target(
@@ -215,7 +211,8 @@ def targets(report: Report) -> list[Target]:
     fig = None
     note = "not measured: needs --threads with 1 and 2"
     if 1 in threads and 2 in threads:
-        fig = ratio(_rate(report, lo, 2, RDMASPAWN), _rate(report, lo, 1, RDMASPAWN))
+        fig = ratio(_figure(report, lo, 2, RDMASPAWN, "throughput_per_s"),
+                    _figure(report, lo, 1, RDMASPAWN, "throughput_per_s"))
         note = f"rdmaspawn.Popen spawns/s at {fmt_gib(lo)}, 2 threads / 1 thread"
     out.append(_target("parallel", "throughput of 2 threads / 1 thread", fig, ">=", PARALLEL_MIN,
                        note))

@@ -21,6 +21,11 @@ def check_page(name: str, doc: Path | None) -> None:
         splice(doc.read_text(), "", *markers(name))
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """``--shapes``: "A:B,A,..." as (A, B) pairs, B 0 where left out."""
+    return [(int(a), int(b or 0)) for a, _, b in (s.partition(":") for s in text.split(","))]
+
+
 def ran_on(name: str, rounds: int) -> str:
     """The command, the machine and the rounds, to head the table."""
     return (f"`python -m rdmaspawn.bench.{name} --rounds {rounds}`, "

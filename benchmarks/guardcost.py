@@ -32,7 +32,7 @@ from typing import Callable
 from rdmaspawn._host.procfs import has_dontfork
 from rdmaspawn.tools.guard import guard, unguard
 
-from .doctable import check_page, publish, ran_on
+from .doctable import check_page, parse_shapes, publish, ran_on
 
 MiB = 1 << 20
 
@@ -109,11 +109,6 @@ def table(shapes: list[tuple[int, int]], rounds: int) -> list[str]:
     return lines
 
 
-def _shape(text: str) -> tuple[int, int]:
-    mappings, _, resident = text.partition(":")
-    return int(mappings), int(resident or 0)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default="300:0,3000:0,30000:0,300:1024",
@@ -122,7 +117,7 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, help="write the table between this page's markers")
     args = parser.parse_args()
     check_page("guardcost", args.doc)
-    shapes = [_shape(s) for s in args.shapes.split(",")]
+    shapes = parse_shapes(args.shapes)
     head = f"{ran_on('guardcost', args.rounds)}, each round one fork of each kind:"
     publish("guardcost", [head, "", *table(shapes, args.rounds)], args.doc)
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from rdmaspawn._host.interpreter import python_command
 
 from . import repairreal
-from .doctable import check_page, publish, ran_on
+from .doctable import check_page, parse_shapes, publish, ran_on
 
 DEFAULT_SHAPES = "360:0,360:1,360:100,30000:0,30000:1,30000:100"
 
@@ -145,11 +145,6 @@ def table(shapes: list[tuple[int, int]], rounds: int) -> list[str]:
     return lines
 
 
-def _shape(text: str) -> tuple[int, int]:
-    mappings, _, registrations = text.partition(":")
-    return int(mappings), int(registrations or 0)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES,
@@ -198,7 +193,7 @@ def main() -> None:
         return
     rounds = args.rounds or 21
     check_page("repaircost", args.doc)
-    shapes = [_shape(s) for s in args.shapes.split(",")]
+    shapes = parse_shapes(args.shapes)
     head = f"{ran_on('repaircost', rounds)}, each round one fork of each kind, in two processes of the same shape:"
     publish("repaircost", [head, "", *table(shapes, rounds)], args.doc)
 

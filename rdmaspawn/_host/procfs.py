@@ -19,12 +19,8 @@ library touches them, and a ``fork()`` child that only ``exec()``\\ s never does
 so :func:`has_dontfork` leaves them out unless asked.
 
 This is the one place that reads ``/proc/PID/{smaps,maps}``: the doctor, the
-guard, the drop-in and the hazard planter all ask it.  Besides the DONTFORK
-questions it answers what else a mapping tells: "which file of a loaded
-library matches this soname" (:func:`library_paths`), "which mapping holds
-this address" (:func:`mapping_at`).  :func:`read_proc` is the one way to
-read a ``/proc/PID`` file; the rest a tool asks about a process is in
-``processinfo``, glibc's thread heaps in ``glibcheap``.
+guard, the drop-in and the hazard planter all ask it.  :func:`read_proc` is
+the one way to read a ``/proc/PID`` file.
 """
 
 from __future__ import annotations
@@ -180,19 +176,22 @@ def read_smaps(pid: Pid = "self") -> bytes:
     return read_proc(pid, "smaps")
 
 
+def _lines_with(data: bytes, needle: bytes) -> list[tuple[int, int]]:
+    """(line start, line end) of every line that holds ``needle``, each once."""
+    lines = []
+    pos = data.find(needle)
+    while pos != -1:
+        end = data.find(b"\n", pos)
+        if end == -1:
+            end = len(data)
+        lines.append((data.rfind(b"\n", 0, pos) + 1, end))
+        pos = data.find(needle, end)
+    return lines
+
+
 def _dc_hits(data: bytes) -> list[tuple[int, int]]:
     """(line start, line end) of every ``VmFlags:`` line that carries ``dc``."""
-    hits = []
-    pos = data.find(_DC)
-    while pos != -1:
-        line_start = data.rfind(b"\n", 0, pos) + 1
-        line_end = data.find(b"\n", pos)
-        if line_end == -1:
-            line_end = len(data)
-        if data.startswith(_VMFLAGS, line_start):
-            hits.append((line_start, line_end))
-        pos = data.find(_DC, line_end)
-    return hits
+    return [(s, e) for s, e in _lines_with(data, _DC) if data.startswith(_VMFLAGS, s)]
 
 
 def _block_of(data: bytes, vmflags_start: int, vmflags_end: int) -> bytes:
@@ -323,18 +322,9 @@ def device_headers(data: bytes) -> list[bytes]:
     Both files start an entry with the same line, so a line names the same
     mapping (its range, offset, inode and file) in either.
     """
-    out = []
-    pos = data.find(b" /dev/")
-    while pos != -1:
-        start = data.rfind(b"\n", 0, pos) + 1
-        end = data.find(b"\n", pos)
-        if end == -1:
-            end = len(data)
-        line = data[start:end]
-        if _is_header(line) and is_device_path(os.fsdecode(_header_path(line))):
-            out.append(line)
-        pos = data.find(b" /dev/", end)
-    return out
+    lines = (data[start:end] for start, end in _lines_with(data, b" /dev/"))
+    return [line for line in lines
+            if _is_header(line) and is_device_path(os.fsdecode(_header_path(line)))]
 
 
 def device_dontfork_pages(data: bytes) -> dict[bytes, int]:
