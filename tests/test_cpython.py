@@ -15,8 +15,6 @@ import pytest
 from rdmaspawn.dropin import cpython as _cpython
 from rdmaspawn.dropin.wrapping import innermost
 
-_MAX_GROUPS = 65536  # NGROUPS_MAX (Linux), as CPython's MAX_GROUPS
-
 
 def test_this_cpython_is_known_and_matches():
     """The running CPython is in the table and its _execute_child calls
@@ -39,19 +37,18 @@ def test_get_handles_cleanup_is_this_cpythons():
 
 
 def test_rows_a_patch_release_can_change_are_not_in_the_table():
-    """home, chdir_tag, posix_spawn_str_nul, get_handles_cleans_up, int_parser,
-    wrong_count, too_many_groups, posix_spawn_environ and flags_by_truth come
-    from the running CPython only: no TABLE entry holds a value for them
-    (issue 48)."""
-    looked_up = ("home", "chdir_tag", "posix_spawn_str_nul", "get_handles_cleans_up",
-                 "int_parser", "wrong_count", "too_many_groups", "posix_spawn_environ",
-                 "posix_spawn", "posix_spawn_differs", "preexec_fn_position",
-                 "flags_by_truth")
+    """home, chdir_tag, get_handles_cleans_up, wrong_count, fork_exec_wording
+    and posix_spawn (with its conversion) come from the running CPython only:
+    no TABLE entry holds a value for them (issue 48)."""
+    looked_up = ("home", "chdir_tag", "get_handles_cleans_up", "wrong_count",
+                 "fork_exec_wording", "posix_spawn", "posix_spawn_differs",
+                 "preexec_fn_position")
     for version, internals in _cpython.TABLE.items():
         for row in looked_up:
             assert getattr(internals, row) == _cpython.Internals._field_defaults[row], version
     this = _cpython.require()
-    assert this.posix_spawn_str_nul in ("embedded null byte", _cpython.POSIX_SPAWN_PATH_NUL)
+    assert this.posix_spawn is not None
+    assert this.posix_spawn.conversion[2] in ("embedded null byte", _cpython.POSIX_SPAWN_PATH_NUL)
     assert this.chdir_tag in (b"noexec", b"noexec:chdir")
 
 
@@ -64,8 +61,9 @@ def test_posix_spawn_is_the_one_known_and_placed_by_name():
     assert spawn is not None and internals.posix_spawn_differs == ""
     assert spawn.params == internals.posix_spawn_params
     assert spawn.function is innermost(subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
-    assert spawn.positions[0] == len(spawn.params)
-    assert [spawn.params[i] for i in spawn.positions[1:5]] == [
+    positions = spawn.conversion[0]
+    assert positions[0] == len(spawn.params)
+    assert [spawn.params[i] for i in positions[1:5]] == [
         "args", "executable", "env", "restore_signals"]
     assert [spawn.params[i] for i in spawn.fds] == list(_cpython._POSIX_SPAWN_FDS)
 
@@ -142,19 +140,6 @@ def test_unpack_names_every_argument(version, monkeypatch):
 
 # --- the looked-up rows, each against what this CPython does ------------------
 
-def _fork_exec_args(**given: Any) -> list[Any]:
-    """A call of CPython's own fork_exec, in this version's order, that fails
-    before it forks: no fd, nothing to start but /bin/true, ``given`` over it."""
-    call = dict(args=[b"/bin/true"], executable_list=[b"/bin/true"], close_fds=False,
-                fds_to_keep=(), cwd=None, env_list=None, p2cread=-1, p2cwrite=-1,
-                c2pread=-1, c2pwrite=-1, errread=-1, errwrite=-1, errpipe_read=-1,
-                errpipe_write=-1, restore_signals=False, call_setsid=False, pgid_to_set=-1,
-                gid=None, extra_groups=None, uid=None, child_umask=-1, preexec_fn=None,
-                allow_vfork=False)
-    call.update(given)
-    return [call[name] for name in _cpython.require().params]
-
-
 def test_wrong_count_is_fork_exec_s_own():
     """The looked-up wording is what CPython's fork_exec says for a count other
     than the one the probe used (it calls with none)."""
@@ -166,17 +151,9 @@ def test_wrong_count_is_fork_exec_s_own():
         assert str(raised.value) == internals.wrong_count.format(wanted=wanted, given=given)
 
 
-def test_too_many_groups_is_fork_exec_s_own():
-    """The looked-up ValueError is CPython's for one group more than
-    NGROUPS_MAX (counted before it forks)."""
-    with pytest.raises(ValueError) as raised:
-        _posixsubprocess.fork_exec(*_fork_exec_args(extra_groups=[0] * (_MAX_GROUPS + 1)))
-    assert str(raised.value) == _cpython.require().too_many_groups
-
-
 def test_posix_spawn_environ_is_what_popen_passes(monkeypatch):
     """CPython's own Popen._posix_spawn, called with env=None, hands
-    os.posix_spawn os.environ exactly where the looked-up row says so (the
+    os.posix_spawn os.environ exactly where the conversion says so (the
     recorder raises: nothing starts)."""
     method = _cpython_posix_spawn()
     seen = []
@@ -191,7 +168,8 @@ def test_posix_spawn_environ_is_what_popen_passes(monkeypatch):
                  restore_signals=False, close_fds=False)
     with pytest.raises(_Stop):
         method(object.__new__(subprocess.Popen), **{n: given.get(n, -1) for n in names})
-    assert (seen[0] is os.environ) == _cpython.require().posix_spawn_environ
+    spawn = _cpython.require().posix_spawn
+    assert spawn is not None and (seen[0] is os.environ) == (spawn.conversion[-1] is os)
     assert seen[0] is os.environ or seen[0] is None
 
 

@@ -654,7 +654,7 @@ PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address)
 /* --- Popen._posix_spawn's call ------------------------------------------------- */
 
 /* What the positions bytes hold, in this order (dropin/cpython.py's
- * PosixSpawn.positions): the call's length, then where each parameter sits
+ * PosixSpawn.conversion[0]): the call's length, then where each parameter sits
  * in it (NO_CLOSE_FDS: none, as before 3.13). */
 enum at {
     AT_COUNT, AT_ARGS, AT_EXECUTABLE, AT_ENV, AT_RESTORE_SIGNALS, AT_CLOSE_FDS,

@@ -162,22 +162,19 @@ class PosixSpawn(NamedTuple):
     params: tuple[str, ...]
     #: Their defaults, by name.
     defaults: dict[str, Any]
-    #: Where each sits in _execute_child's positional call (self not counted).
-    at: dict[str, int]
-    #: Where the six fds sit in it (p2cread, p2cwrite, c2pread, c2pwrite,
-    #: errread, errwrite).
+    #: Where the six fds sit in _execute_child's positional call, self not
+    #: counted (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite).
     fds: tuple[int, ...]
-    #: The same for csrc/python/convert.c, a byte each: the call's length,
-    #: then args, executable, env, restore_signals, close_fds (0xff: not a
-    #: parameter before 3.13) and the six fds.
-    positions: bytes
     #: What convert.c's rs_spawn_posix() converts the call with (its enum
-    #: spec): positions; the file actions' int wording (PyArg_ParseTuple's
-    #: "i" on every version, in convert.h's order); os.posix_spawn's
-    #: ValueError for a str path with a NUL, and for a bytes one; its
-    #: TypeError for an env that is no mapping; os where env=None means
-    #: os.environ (posix_spawn_environ), else None (the C environ).
-    conversion: tuple[Any, ...] = ()
+    #: spec): the positions, a byte each (the call's length, then args,
+    #: executable, env, restore_signals, close_fds (0xff: not a parameter
+    #: before 3.13) and the six fds); the file actions' int wording
+    #: (PyArg_ParseTuple's "i" on every version, in convert.h's order);
+    #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
+    #: always gets POSIX_SPAWN_PATH_NUL), and for a bytes one; its TypeError
+    #: for an env that is no mapping; os where env=None means os.environ
+    #: (3.9-3.12: the method's code names environ), else None (the C environ).
+    conversion: tuple[Any, ...]
 
 
 class Internals(NamedTuple):
@@ -209,32 +206,22 @@ class Internals(NamedTuple):
     #: The tag after "OSError:<errno>:" for a failed chdir() in the child:
     #: "noexec:chdir" where _execute_child reads that (3.13+), else "noexec".
     chdir_tag: bytes = b""
-    #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
-    #: always gets "posix_spawn: embedded null character in path"), asked.
-    posix_spawn_str_nul: str = ""
     #: Popen._get_handles closes the pipes it made when a later one fails:
     #: where Popen has the _on_error_fd_closer that CPython added with that
     #: (3.11.? and 3.12+; not Debian 12's 3.11.2); elsewhere they leak.
     get_handles_cleans_up: bool = False
-    #: How fork_exec parses its int arguments: "format_i" (PyArg_ParseTuple
-    #: "i", 3.9-3.11) or "clinic" (Argument Clinic's int converter, 3.12+),
-    #: told by its TypeError for no arguments (_fork_exec_parser).
-    int_parser: str = ""
     #: fork_exec's TypeError for a wrong argument count, formatted with
     #: ``wanted`` and ``given``: its parser's wording (_WORDINGS).
     wrong_count: str = ""
-    #: The ValueError when extra_groups is longer than NGROUPS_MAX: it changed
-    #: with the parser (3.12's move to Argument Clinic renamed groups_list).
-    too_many_groups: str = ""
     #: All of fork_exec's wording for csrc/python/convert.c, in the order of
-    #: its enum rs_wording: _WORDINGS' four for int_parser, the C int messages
-    #: of int_parser (_INT_WORDINGS), and "1" where restore_signals and
-    #: call_setsid are parsed as C ints ("i", 3.9-3.11) rather than as truth
-    #: values (flags_by_truth).
+    #: its enum rs_wording, by how fork_exec parses its int arguments
+    #: (_fork_exec_parser: "format_i", PyArg_ParseTuple's "i", 3.9-3.11, or
+    #: "clinic", Argument Clinic's, 3.12+): _WORDINGS' four, the C int
+    #: messages (_INT_WORDINGS), and "1" where restore_signals and
+    #: call_setsid are parsed as C ints rather than taken by their truth
+    #: (Argument Clinic's bool, 3.12+; asked, _flags_by_truth). close_fds is
+    #: taken by its truth everywhere. () where the parser is neither.
     fork_exec_wording: tuple[str, ...] = ()
-    #: Popen._posix_spawn hands os.posix_spawn os.environ for env=None
-    #: (3.9-3.12; its code names environ); 3.13 passes None through.
-    posix_spawn_environ: bool = False
     #: Popen._posix_spawn, where it is the one the table knows and
     #: _execute_child takes it where _USE_POSIX_SPAWN says; else None, and
     #: CPython's own runs (glibc's posix_spawn: no fork, so safe).
@@ -244,10 +231,6 @@ class Internals(NamedTuple):
     #: Where Popen() takes preexec_fn positionally (after args, bufsize,
     #: executable and the three standard streams), from its code object.
     preexec_fn_position: int = -1
-    #: fork_exec takes restore_signals and call_setsid by their truth, any
-    #: value (Argument Clinic's bool, 3.12+), not as C ints ("i", 3.9-3.11),
-    #: asked (_flags_by_truth). close_fds is taken by its truth everywhere.
-    flags_by_truth: bool = False
 
 
 #: os.posix_spawn's ValueError for a bytes path with a NUL (str too on 3.13+).
@@ -376,33 +359,22 @@ def _looked_up(internals: Internals) -> Internals:
     parser = _fork_exec_parser(len(internals.params))
     execute_child = popen._execute_child
     posix_spawn, differs = _posix_spawn(popen, internals.posix_spawn_params)
-    flags_by_truth = _flags_by_truth(internals.params)
+    flags_as_int = "" if _flags_by_truth(internals.params) else "1"
     init_names = innermost(popen.__init__).__code__.co_varnames
-    str_nul = _posix_spawn_refuses("\0", ["\0"], {})
-    environ = posix_spawn is not None and "environ" in posix_spawn.function.__code__.co_names
-    if posix_spawn is not None:
-        posix_spawn = posix_spawn._replace(conversion=(
-            posix_spawn.positions, ("", "", "", "", *_INT_WORDINGS["format_i"], ""), str_nul,
-            POSIX_SPAWN_PATH_NUL, _posix_spawn_refuses("/", ["x"], 0), os if environ else None))
     return internals._replace(
         home=_home(execute_child),
         chdir_tag=(b"noexec:chdir" if "noexec:chdir" in execute_child.__code__.co_consts
                    else b"noexec"),
-        posix_spawn_str_nul=str_nul,
         get_handles_cleans_up=hasattr(popen, "_on_error_fd_closer"),
-        int_parser=parser,
         wrong_count=_WORDINGS[parser][0] if parser else "",
-        too_many_groups=_WORDINGS[parser][1] if parser else "",
-        posix_spawn_environ=environ,
         posix_spawn=posix_spawn,
         posix_spawn_differs=differs,
         # Its parameters come first in co_varnames, self the first of them
         # (not inspect, which start-up does without); -1 where it has none.
         preexec_fn_position=(init_names.index("preexec_fn") - 1 if "preexec_fn" in init_names
                              else -1),
-        flags_by_truth=flags_by_truth,
-        fork_exec_wording=((*_WORDINGS[parser], *_INT_WORDINGS[parser],
-                            "" if flags_by_truth else "1") if parser else ()),
+        fork_exec_wording=((*_WORDINGS[parser], *_INT_WORDINGS[parser], flags_as_int)
+                           if parser else ()),
     )
 
 
@@ -444,7 +416,11 @@ def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None,
     positions = bytes((len(params), at["args"], at["executable"], at["env"],
                        at["restore_signals"], at.get("close_fds", 0xFF), *fds))
     defaults = dict(zip(reversed(params), reversed(function.__defaults__ or ())))
-    return PosixSpawn(function, params, defaults, at, fds, positions), ""
+    conversion = (positions, ("", "", "", "", *_INT_WORDINGS["format_i"], ""),
+                  _posix_spawn_refuses("\0", ["\0"], {}), POSIX_SPAWN_PATH_NUL,
+                  _posix_spawn_refuses("/", ["x"], 0),
+                  os if "environ" in code.co_names else None)
+    return PosixSpawn(function, params, defaults, fds, conversion), ""
 
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
@@ -524,7 +500,7 @@ def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
         raise UnsupportedPython(
             f"{shown}'s subprocess is not the one rdmaspawn knows ({type(exc).__name__}: "
             f"{exc}): {unavailable}") from None
-    if not internals.int_parser:
+    if not internals.fork_exec_wording:
         raise UnsupportedPython(
             f"{shown}'s _posixsubprocess.fork_exec parses its arguments in a way rdmaspawn "
             f"does not know: {unavailable}")
