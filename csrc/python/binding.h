@@ -42,51 +42,59 @@ static inline PyObject *none(void)
     return Py_None;
 }
 
-/* fork_exec's parameter names, in the order rs_fork_exec_new() wants their
- * positions: a new tuple of str. */
-PyObject *rs_fork_exec_params(void);
+/* The builtins functions.c lists, each as it is called from Python
+ * (module, then its argument tuple, its one argument, or NULL); what each
+ * takes is in its docstring there.
+ *
+ * fork_exec_params(): fork_exec's parameter names, in the order
+ * fork_exec_new() wants their positions: a new tuple of str. */
+PyObject *rs_fork_exec_params(PyObject *module, PyObject *unused);
 
-/* A fork_exec object: the call converted (convert.c) and spawned in C, one
- * with a preexec_fn handed to slow(self, *args); positions[i] is where the
- * i-th name of rs_fork_exec_params() sits in this CPython's call (-1:
- * absent), wording this CPython's messages (convert.h). A failed child's
- * report for an error pipe whose write end is first_memory_fd or above goes
- * to report(fd, data) (dropin/errpipe.py keeps that pipe). */
-PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
-                           PyObject *wording, PyObject *chdir_tag, PyObject *report,
-                           int first_memory_fd);
+/* fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report,
+ * first_memory_fd): a fork_exec object, the call converted (convert.c) and
+ * spawned in C, one with a preexec_fn handed to slow(self, *args);
+ * positions[i] is where the i-th name of fork_exec_params() sits in this
+ * CPython's call (-1: absent), wording this CPython's messages (convert.h).
+ * A failed child's report for an error pipe whose write end is
+ * first_memory_fd or above goes to report(fd, data) (dropin/errpipe.py
+ * keeps that pipe). */
+PyObject *rs_fork_exec_new(PyObject *module, PyObject *args);
 
 /* Whether obj is one of those fork_exec objects. */
 int rs_is_fork_exec(PyObject *obj);
 
-/* fork_exec's call through the fork_exec object op, its preexec_fn left
- * out, with the packed struct rs_setup at setup_address (an int). */
-PyObject *rs_fork_exec_setup(PyObject *op, PyObject *args, PyObject *setup_address);
+/* fork_exec_setup(op, args, setup_address): fork_exec's call through the
+ * fork_exec object op, its preexec_fn left out, with the packed struct
+ * rs_setup at setup_address (an int). */
+PyObject *rs_fork_exec_setup(PyObject *module, PyObject *call);
 
-/* pipe(fork_exec), read(fd, n) and close(fd) of the error pipe kept in
- * memory, in the dict pipes (read end -> what is unread), for numbers
- * first_fd and up; below it, os's own; pipe() makes a real one unless
- * fork_exec (through wrappers that carry the attribute guard_mark) is one
- * of rdmaspawn's (errpipe.c): a new tuple of three. */
-PyObject *rs_errpipe_calls(PyObject *pipes, PyObject *os, long first_fd, PyObject *guard_mark);
+/* errpipe_calls(pipes, os, first_fd, guard_mark): pipe(fork_exec), read(fd,
+ * n) and close(fd) of the error pipe kept in memory, in the dict pipes
+ * (read end -> what is unread), for numbers first_fd and up; below it,
+ * os's own; pipe() makes a real one unless fork_exec (through wrappers that
+ * carry the attribute guard_mark) is one of rdmaspawn's (errpipe.c): a new
+ * tuple of three. */
+PyObject *rs_errpipe_calls(PyObject *module, PyObject *args);
 
-/* Popen._posix_spawn's call (its positional arguments) converted and
- * spawned as os.posix_spawn would: the pid, or its exception; conversion is
- * dropin/cpython.py's PosixSpawn.conversion (convert.c). */
-PyObject *rs_spawn_posix(PyObject *call, PyObject *conversion);
+/* spawn_posix(call, conversion): Popen._posix_spawn's call (its positional
+ * arguments) converted and spawned as os.posix_spawn would: the pid, or its
+ * exception; conversion is dropin/cpython.py's PosixSpawn.conversion
+ * (convert.c). */
+PyObject *rs_spawn_posix(PyObject *module, PyObject *args);
 
-/* SpawnRequest's field names, in the order rs_spawn_request() reads them
- * (convert.c): a new tuple of str. */
-PyObject *rs_spawn_request_fields(void);
+/* spawn_request_fields(): SpawnRequest's field names, in the order
+ * spawn_request() reads them (convert.c): a new tuple of str. */
+PyObject *rs_spawn_request_fields(PyObject *module, PyObject *unused);
 
-/* A SpawnRequest converted and spawned, with the packed struct rs_setup at
- * setup_address (an int; 0: none): (pid, pidfd), or the SpawnError raised. */
-PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address);
+/* spawn_request(request, setup_address): a SpawnRequest converted and
+ * spawned, with the packed struct rs_setup at setup_address (an int; 0:
+ * none): (pid, pidfd), or the SpawnError raised. */
+PyObject *rs_spawn_request(PyObject *module, PyObject *args);
 
-/* engine._spawn_error, set once: make(err, step, pid, exec_index, flags,
- * cwd, exec_list) gives a failed spawn's exception, which
- * rs_raise_spawn_error() raises (NULL). */
-void rs_set_spawn_error(PyObject *make);
+/* set_spawn_error(make): engine._spawn_error, set once: make(err, step,
+ * pid, exec_index, flags, cwd, exec_list) gives a failed spawn's exception,
+ * which rs_raise_spawn_error() raises (NULL). */
+PyObject *rs_set_spawn_error(PyObject *module, PyObject *make);
 struct rs_result;
 PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject *cwd,
                                PyObject *exec_list);
@@ -95,17 +103,16 @@ PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject 
  * with its own. */
 PyObject *rs_names_tuple(const char *const *names, int n);
 
-/* The body of rdmaspawn.Popen.__init__ (popen_init.c): base.__init__
+/* popen_init_new(base, popen, prepare, layout, getsignal, raise_signal):
+ * the body of rdmaspawn.Popen.__init__ (popen_init.c): base.__init__
  * (subprocess.Popen's) with SIGINT held back, for instances of popen itself
  * with the setup keywords at their defaults; prepare(self, *values) makes
  * any other call. layout: (npositional, kwonly_names, kwonly_defaults,
  * setup_defaults). */
-PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *prepare,
-                            PyObject *layout, PyObject *getsignal,
-                            PyObject *raise_signal);
+PyObject *rs_popen_init_new(PyObject *module, PyObject *args);
 
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */
-PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld);
+PyObject *rs_held_fork(PyObject *module, PyObject *args);
 #endif
 
 #endif

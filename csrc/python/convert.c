@@ -490,8 +490,10 @@ PyObject *rs_names_tuple(const char *const *names, int n)
     return out;
 }
 
-PyObject *rs_spawn_request_fields(void)
+PyObject *rs_spawn_request_fields(PyObject *module, PyObject *unused)
 {
+    (void)module;
+    (void)unused;
     return rs_names_tuple(field_names, N_FIELDS);
 }
 
@@ -601,12 +603,14 @@ static PyObject *raise_made(PyObject *exc)
 /* engine._spawn_error (set once by engine.py): the SpawnError of a failure. */
 static PyObject *spawn_error;
 
-void rs_set_spawn_error(PyObject *make)
+PyObject *rs_set_spawn_error(PyObject *module, PyObject *make)
 {
     PyObject *old = spawn_error;
+    (void)module;
     Py_INCREF(make);
     spawn_error = make;
     Py_XDECREF(old);
+    return none();
 }
 
 PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject *cwd,
@@ -620,11 +624,15 @@ PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject 
                                             res->pid, res->exec_index, flags, cwd, exec_list));
 }
 
-PyObject *rs_spawn_request(PyObject *request, PyObject *setup_address)
+PyObject *rs_spawn_request(PyObject *module, PyObject *args)
 {
     struct rs_conv c;
     struct rs_result res;
+    PyObject *request, *setup_address;
 
+    (void)module;
+    if (!PyArg_UnpackTuple(args, "spawn_request", 2, 2, &request, &setup_address))
+        return NULL;
     if (!PyTuple_Check(request) || PyTuple_Size(request) != N_FIELDS) {
         PyErr_SetString(PyExc_TypeError, "spawn_request: not a SpawnRequest");
         return NULL;
@@ -840,13 +848,17 @@ static const unsigned char *positions_of(PyObject *spec)
     return at;
 }
 
-PyObject *rs_spawn_posix(PyObject *call, PyObject *spec)
+PyObject *rs_spawn_posix(PyObject *module, PyObject *args)
 {
     struct rs_conv c;
     struct rs_result res;
+    PyObject *call, *spec;
+
+    (void)module;
+    if (!PyArg_UnpackTuple(args, "spawn_posix", 2, 2, &call, &spec))
+        return NULL;
     const unsigned char *at = PyTuple_Check(spec) && PyTuple_Size(spec) == N_SPEC
                               ? positions_of(spec) : NULL;
-
     if (!at || !PyTuple_Check(call) || PyTuple_Size(call) != at[AT_COUNT]) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "spawn_posix: bad arguments");

@@ -196,8 +196,13 @@ static PyMethodDef calls[] = {
     {"close", errpipe_close, METH_O, "os.close(fd) of an end of the error pipe."},
 };
 
-PyObject *rs_errpipe_calls(PyObject *pipes_dict, PyObject *os, long first, PyObject *mark)
+PyObject *rs_errpipe_calls(PyObject *module, PyObject *args)
 {
+    PyObject *pipes_dict, *os, *mark;
+    long first;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOlO:errpipe_calls", &pipes_dict, &os, &first, &mark))
+        return NULL;
     if (!PyDict_Check(pipes_dict) || first < 3 || first > INT_MAX - 1 || !PyUnicode_Check(mark)) {
         PyErr_SetString(PyExc_TypeError, "rs_errpipe_calls: bad arguments");
         return NULL;

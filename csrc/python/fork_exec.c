@@ -158,8 +158,12 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
     return spawn(self, args, NULL);
 }
 
-PyObject *rs_fork_exec_setup(PyObject *op, PyObject *args, PyObject *setup_address)
+PyObject *rs_fork_exec_setup(PyObject *module, PyObject *call)
 {
+    PyObject *op, *args, *setup_address;
+    (void)module;
+    if (!PyArg_UnpackTuple(call, "fork_exec_setup", 3, 3, &op, &args, &setup_address))
+        return NULL;
     if (!rs_is_fork_exec(op) || !PyTuple_Check(args)) {
         PyErr_SetString(PyExc_TypeError, "fork_exec_setup: not a fork_exec and its call");
         return NULL;
@@ -260,8 +264,10 @@ static PyType_Spec fork_exec_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, fork_exec_slots,
 };
 
-PyObject *rs_fork_exec_params(void)
+PyObject *rs_fork_exec_params(PyObject *module, PyObject *unused)
 {
+    (void)module;
+    (void)unused;
     return rs_names_tuple(param_names, RS_N_PARAMS);
 }
 
@@ -272,12 +278,16 @@ int rs_is_fork_exec(PyObject *obj)
     return type && (PyObject *)Py_TYPE(obj) == type;
 }
 
-PyObject *rs_fork_exec_new(PyObject *wrapped, PyObject *slow, PyObject *positions,
-                           PyObject *wording, PyObject *chdir_tag, PyObject *report,
-                           int first_memory_fd)
+PyObject *rs_fork_exec_new(PyObject *module, PyObject *args)
 {
+    PyObject *wrapped, *slow, *positions, *wording, *chdir_tag, *report;
+    int first_memory_fd;
     Py_ssize_t nargs = 0;
 
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOOOOOi:fork_exec_new", &wrapped, &slow, &positions,
+                          &wording, &chdir_tag, &report, &first_memory_fd))
+        return NULL;
     if (!PyTuple_Check(positions) || PyTuple_Size(positions) != RS_N_PARAMS
             || !PyTuple_Check(wording) || PyTuple_Size(wording) != N_WORDING
             || !PyBytes_Check(chdir_tag) || !PyCallable_Check(slow)

@@ -45,13 +45,23 @@ static PyObject *close_fd(PyObject *module, PyObject *fd)
 }
 
 /* sigint.c's hold, for dropin/interrupts.py (every rdmaspawn.Popen in the
- * main thread): a system call each way, without the GIL hand-over of cffi. */
-static PyObject *sigint_hold(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyBool_FromLong(rs_sigint_hold());
-}
+ * main thread): a system call each way, without the GIL hand-over of cffi;
+ * whether this Popen may hold SIGINT back (the main thread, no hold on yet)
+ * a builtin too: it is asked on every Popen, and a Python function's call
+ * cost more than the question. Each answers f() as make() makes it. */
+#define SIGINT_BUILTIN(name, make)                                   \
+    static PyObject *name(PyObject *module, PyObject *unused)        \
+    {                                                                \
+        (void)module;                                                \
+        (void)unused;                                                \
+        return make(rs_##name());                                    \
+    }
+
+SIGINT_BUILTIN(sigint_hold, PyBool_FromLong)
+SIGINT_BUILTIN(sigint_owner, PyBool_FromLong)
+SIGINT_BUILTIN(sigint_held, PyBool_FromLong)
+SIGINT_BUILTIN(sigint_take, PyLong_FromLong)
+SIGINT_BUILTIN(sigint_release, PyLong_FromLong)
 
 /* The thread that runs Python's signal handlers (dropin/interrupts.py sets
  * it at import and after os.fork()), for sigint_owner(). */
@@ -63,126 +73,6 @@ static PyObject *sigint_set_main(PyObject *module, PyObject *ident)
         return NULL;
     rs_sigint_set_main(value);
     return none();
-}
-
-/* Whether this Popen may hold SIGINT back: the main thread, no hold on yet
- * (a builtin: it is asked on every Popen, and a Python function's call cost
- * more than the question). */
-static PyObject *sigint_owner(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyBool_FromLong(rs_sigint_owner());
-}
-
-static PyObject *sigint_held(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyBool_FromLong(rs_sigint_held());
-}
-
-static PyObject *sigint_take(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyLong_FromLong(rs_sigint_take());
-}
-
-static PyObject *sigint_release(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyLong_FromLong(rs_sigint_release());
-}
-
-static PyObject *fork_exec_new(PyObject *module, PyObject *args)
-{
-    PyObject *wrapped, *slow, *positions, *wording, *chdir_tag, *report;
-    int first_memory_fd;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "OOOOOOi:fork_exec_new", &wrapped, &slow, &positions,
-                          &wording, &chdir_tag, &report, &first_memory_fd))
-        return NULL;
-    return rs_fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report,
-                            first_memory_fd);
-}
-
-static PyObject *fork_exec_params(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return rs_fork_exec_params();
-}
-
-static PyObject *spawn_posix(PyObject *module, PyObject *args)
-{
-    PyObject *call, *conversion;
-    (void)module;
-    if (!PyArg_UnpackTuple(args, "spawn_posix", 2, 2, &call, &conversion))
-        return NULL;
-    return rs_spawn_posix(call, conversion);
-}
-
-static PyObject *spawn_request_fields(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return rs_spawn_request_fields();
-}
-
-static PyObject *spawn_request(PyObject *module, PyObject *args)
-{
-    PyObject *request, *setup_address;
-    (void)module;
-    if (!PyArg_UnpackTuple(args, "spawn_request", 2, 2, &request, &setup_address))
-        return NULL;
-    return rs_spawn_request(request, setup_address);
-}
-
-static PyObject *fork_exec_setup(PyObject *module, PyObject *args)
-{
-    PyObject *fork_exec, *call, *setup_address;
-    (void)module;
-    if (!PyArg_UnpackTuple(args, "fork_exec_setup", 3, 3, &fork_exec, &call, &setup_address))
-        return NULL;
-    return rs_fork_exec_setup(fork_exec, call, setup_address);
-}
-
-static PyObject *set_spawn_error(PyObject *module, PyObject *make)
-{
-    (void)module;
-    rs_set_spawn_error(make);
-    return none();
-}
-
-static PyObject *popen_init_new(PyObject *module, PyObject *args)
-{
-    PyObject *base, *popen, *prepare, *layout, *getsignal, *raise_signal;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "OOOOOO:popen_init_new", &base, &popen, &prepare,
-                          &layout, &getsignal, &raise_signal))
-        return NULL;
-    return rs_popen_init_new(base, popen, prepare, layout, getsignal, raise_signal);
-}
-
-static PyObject *held_fork(PyObject *module, PyObject *args)
-{
-    PyObject *fork, *decide, *unheld;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "OOO:held_fork", &fork, &decide, &unheld))
-        return NULL;
-    return rs_held_fork(fork, decide, unheld);
-}
-
-static PyObject *errpipe_calls(PyObject *module, PyObject *args)
-{
-    PyObject *pipes, *os, *guard_mark;
-    long first;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "OOlO:errpipe_calls", &pipes, &os, &first, &guard_mark))
-        return NULL;
-    return rs_errpipe_calls(pipes, os, first, guard_mark);
 }
 
 static PyMethodDef functions[] = {
@@ -198,31 +88,31 @@ static PyMethodDef functions[] = {
      "How many SIGINTs arrived since the hold or the last take."},
     {"sigint_release", sigint_release, METH_NOARGS,
      "Put SIGINT's action back; how many arrived while held."},
-    {"fork_exec_params", fork_exec_params, METH_NOARGS,
+    {"fork_exec_params", rs_fork_exec_params, METH_NOARGS,
      "fork_exec's parameter names, in the order fork_exec_new wants positions."},
-    {"fork_exec_new", fork_exec_new, METH_VARARGS,
+    {"fork_exec_new", rs_fork_exec_new, METH_VARARGS,
      "fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report, first_memory_fd): "
      "a fork_exec object."},
-    {"fork_exec_setup", fork_exec_setup, METH_VARARGS,
+    {"fork_exec_setup", rs_fork_exec_setup, METH_VARARGS,
      "fork_exec_setup(fork_exec, args, setup_address): the call without its preexec_fn, "
      "with the packed setup."},
-    {"spawn_posix", spawn_posix, METH_VARARGS,
+    {"spawn_posix", rs_spawn_posix, METH_VARARGS,
      "spawn_posix(args, conversion): Popen._posix_spawn's positional call spawned "
      "(convert.c): the pid, or os.posix_spawn's exception."},
-    {"spawn_request_fields", spawn_request_fields, METH_NOARGS,
+    {"spawn_request_fields", rs_spawn_request_fields, METH_NOARGS,
      "SpawnRequest's field names, in the order spawn_request reads them."},
-    {"spawn_request", spawn_request, METH_VARARGS,
+    {"spawn_request", rs_spawn_request, METH_VARARGS,
      "spawn_request(request, setup_address): a SpawnRequest spawned: (pid, pidfd)."},
-    {"set_spawn_error", set_spawn_error, METH_O,
+    {"set_spawn_error", rs_set_spawn_error, METH_O,
      "set_spawn_error(make): make(err, step, pid, exec_index, flags, cwd, exec_list) "
      "gives a failed spawn's exception."},
-    {"popen_init_new", popen_init_new, METH_VARARGS,
+    {"popen_init_new", rs_popen_init_new, METH_VARARGS,
      "popen_init_new(base, popen, prepare, layout, getsignal, raise_signal): "
      "the body of rdmaspawn.Popen.__init__ (popen_init.c)."},
-    {"errpipe_calls", errpipe_calls, METH_VARARGS,
+    {"errpipe_calls", rs_errpipe_calls, METH_VARARGS,
      "errpipe_calls(pipes, os, first_fd, guard_mark): (pipe, read, close) of the "
      "error pipe kept in pipes (errpipe.c)."},
-    {"held_fork", held_fork, METH_VARARGS,
+    {"held_fork", rs_held_fork, METH_VARARGS,
      "held_fork(f, decide, unheld): f() (os.fork), its child held until the guard has looked."},
     {NULL, NULL, 0, NULL},
 };

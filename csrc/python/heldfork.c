@@ -70,9 +70,13 @@ static void discard(struct rs_watch *w, pid_t pid, PyObject *result)
     }
 }
 
-PyObject *rs_held_fork(PyObject *fork, PyObject *decide, PyObject *unheld)
+PyObject *rs_held_fork(PyObject *module, PyObject *args)
 {
+    PyObject *fork, *decide, *unheld;
     struct rs_watch w;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOO:held_fork", &fork, &decide, &unheld))
+        return NULL;
     if (rs_watch_begin(&w) < 0) {
         PyObject *looked = PyObject_CallObject(unheld, NULL);
         if (!looked)

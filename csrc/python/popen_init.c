@@ -279,13 +279,16 @@ static PyType_Spec init_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, init_slots,
 };
 
-PyObject *rs_popen_init_new(PyObject *base, PyObject *popen, PyObject *prepare,
-                            PyObject *layout, PyObject *getsignal,
-                            PyObject *raise_signal)
+PyObject *rs_popen_init_new(PyObject *module, PyObject *args)
 {
     static PyObject *type;  /* made once; the GIL serialises the callers */
     Py_ssize_t npositional;
+    PyObject *base, *popen, *prepare, *layout, *getsignal, *raise_signal;
     PyObject *kwonly_names, *kwonly_defaults, *setup_defaults;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOOOOO:popen_init_new", &base, &popen, &prepare,
+                          &layout, &getsignal, &raise_signal))
+        return NULL;
     if (!PyType_Check(base) || !PyType_Check(popen) || !PyCallable_Check(prepare)
             || !PyTuple_Check(layout)
             || !PyArg_ParseTuple(layout, "nO!O!O!:layout", &npositional,
