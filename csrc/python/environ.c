@@ -1,6 +1,6 @@
 /*
- * The C environment for a spawn with env=None: the one policy, for the C
- * conversion of every request (convert.c) and the plain posix_spawn call.
+ * The C environment for a spawn with env=None: the one policy, for every
+ * request convert.c converts.
  *
  * The child must see what a CPython child sees, the C `environ` (os.putenv()
  * changes it without os.environ), but the spawn runs with the GIL released,

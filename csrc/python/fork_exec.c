@@ -82,19 +82,11 @@ static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *re
 
 static PyObject *call_slow(ForkExec *self, PyObject *args)
 {
-    Py_ssize_t n = PyTuple_Size(args);
-    PyObject *full = PyTuple_New(n + 1);
-    if (!full)
-        return NULL;
-    Py_INCREF(self);
-    PyTuple_SetItem(full, 0, (PyObject *)self);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GetItem(args, i);
-        Py_INCREF(item);
-        PyTuple_SetItem(full, i + 1, item);
-    }
-    PyObject *result = PyObject_Call(self->slow, full, NULL);
-    Py_DECREF(full);
+    PyObject *head = PyTuple_Pack(1, (PyObject *)self);
+    PyObject *full = head ? PySequence_Concat(head, args) : NULL;
+    PyObject *result = full ? PyObject_Call(self->slow, full, NULL) : NULL;
+    Py_XDECREF(full);
+    Py_XDECREF(head);
     return result;
 }
 

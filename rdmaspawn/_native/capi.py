@@ -1,12 +1,6 @@
-"""The binding's functions written against the Python C API (csrc/python/).
-
-cffi releases the GIL for every call it makes, even one that only sets a
-variable; with several threads spawning, each release is a hand-over of the
-GIL (a futex wake, a context switch), and on rdmaspawn.Popen's hot path
-those cost throughput. So what Popen calls per spawn is plain builtins made
-by csrc/python/functions.c: the C ``fork_exec``, a close that keeps the GIL,
-the SIGINT hold, the copy of the environ array for ``env=None``, the plain
-call of ``Popen._posix_spawn``, the engine's plain request, Popen's ``__init__``.
+"""The binding's functions written against the Python C API (csrc/python/):
+builtins that keep the GIL where a cffi call would hand it over on every
+spawn (csrc/python/functions.c says why).
 
 They are the extension module ``rdmaspawn._native._capi``, whose init is in
 the cffi-built library itself: it is loaded here, once, from that file. The

@@ -334,13 +334,7 @@ if _INTERNALS is not None and _init_error is None:
         _signal.getsignal, _signal.raise_signal)
 Popen.__init__ = _make_init()  # type: ignore[method-assign]
 
-run = _rebind(subprocess.run, "run")
-call = _rebind(subprocess.call, "call")
-check_call = _rebind(subprocess.check_call, "check_call")
-check_output = _rebind(subprocess.check_output, "check_output")
-getoutput = _rebind(subprocess.getoutput, "getoutput")
-getstatusoutput = _rebind(subprocess.getstatusoutput, "getstatusoutput")
-
-# The functions call each other by their global names: point those at ours.
-_NS.update(run=run, call=call, check_call=check_call, check_output=check_output,
-           getoutput=getoutput, getstatusoutput=getstatusoutput)
+# The functions call each other by their global names: those are ours too.
+_NS.update((name, _rebind(getattr(subprocess, name), name)) for name in __all__[1:])
+run, call, check_call, check_output, getoutput, getstatusoutput = (
+    _NS[name] for name in __all__[1:])
