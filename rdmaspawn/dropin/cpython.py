@@ -1,27 +1,20 @@
 """Everything rdmaspawn knows about CPython's private subprocess internals.
 
-One table, keyed by CPython version, and the facts no version number
-tells: where ``fork_exec`` lives and its parameters, ``Popen._posix_spawn``'s
-parameters, the lines of ``_execute_child`` that name its error pipe,
-``_USE_VFORK`` and ``_USE_POSIX_SPAWN``. The drop-ins (``dropin/``), the
-guard (``tools/guard.py``) and the C side (the positions handed to
-``csrc/python/``) ask it by name and never count argument positions
-themselves. The facts come from each version's ``Lib/subprocess.py``
-(``Popen._execute_child``, ``Popen._posix_spawn``) and
-``Modules/_posixsubprocess.c`` (``fork_exec``), and from running them.
+One table keyed by CPython version (``TABLE``), and the facts no version
+number tells, looked up in the running CPython: where ``fork_exec`` lives,
+its and ``Popen._posix_spawn``'s parameters, the error pipe's lines. The
+drop-ins, the guard and csrc/python/ ask it by name and never count argument
+positions themselves. The facts come from each version's
+``Lib/subprocess.py`` and ``Modules/_posixsubprocess.c``, and from running them.
 
-Nothing is read from it before a gate has checked it against the running
-CPython: :func:`require` for everything a spawn needs, :func:`errpipe_calls`
-for the error pipe's lines (it needs the method's source, read at the
-first spawn). What does not match is refused, or left to CPython where
-CPython's own is still safe: ``require()`` refuses a CPython that is not in
-the table, or whose ``_execute_child`` no longer calls ``fork_exec`` with the
-arguments the table says (routing 22 arguments by the positions of 23 would
-start the wrong child, silently), and says what to do: upgrade rdmaspawn,
-or use ``rdmaspawn.spawn()``, which does not depend on these internals. A
-``_posix_spawn`` that is not the one known stays CPython's (glibc's
-posix_spawn never copies the page tables: docs/api.md), and a pipe named
-anywhere else than the known lines stays a real pipe.
+Nothing is read from it before a gate, :func:`require` (:func:`errpipe_calls`
+for the error pipe's lines), has checked it against the running CPython:
+routing 22 arguments by the positions of 23 would start the wrong child,
+silently. What does not match is refused with :class:`UnsupportedPython`,
+saying what to do (upgrade rdmaspawn, or use ``rdmaspawn.spawn()``), or left
+to CPython where its own is safe: a ``_posix_spawn`` that is not the one
+known (glibc's posix_spawn never copies the page tables: docs/api.md), a
+pipe named anywhere else than the known lines.
 """
 from __future__ import annotations
 
