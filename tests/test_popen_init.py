@@ -1,8 +1,9 @@
 """rdmaspawn.Popen.__init__ and _wait as CPython's callers, subclasses and
-introspection meet them: __init__ is a Python function with CPython's
-parameters and the setup keywords, whose body (csrc/python/popen_init.c)
-calls CPython's __init__ for rdmaspawn.Popen's own plain calls, and for any
-other the next __init__ in the MRO, as super() finds it."""
+introspection meet them: __init__ is a C method (csrc/python/popen_init.c)
+that calls CPython's __init__ for rdmaspawn.Popen's own plain calls, and
+hands any other to its face, a Python function with CPython's parameters
+and the setup keywords, whose body calls the next __init__ in the MRO, as
+super() finds it; introspection gets the face's answers."""
 from __future__ import annotations
 
 import copy
@@ -23,14 +24,24 @@ TRUE = [sys.executable, "-c", "pass"]
 _STOCK_INIT = subprocess.Popen.__init__
 
 
-def test_the_init_is_one_python_function_around_the_c_body() -> None:
-    """__init__ is a Python function whose one statement calls the C body
-    (csrc/python/popen_init.c): the hold around CPython's __init__ costs no
-    Python frame of its own."""
+def test_the_init_is_a_c_method_with_a_python_face() -> None:
+    """__init__ is a C method descriptor (csrc/python/popen_init.c): the
+    hold around CPython's __init__ costs no Python frame. Its face, whose
+    answers introspection gets, is a Python function whose one statement
+    calls the C body."""
     init = rdmaspawn.Popen.__dict__["__init__"]
-    assert type(init) is type(_STOCK_INIT)
-    assert type(init.__globals__["_init_body"]).__name__ == "Popen_init"
-    assert init.__globals__ is vars(popen)
+    assert type(init).__name__ == "Popen_init_method"
+    assert inspect.ismethoddescriptor(init)
+    face = popen._init_face
+    assert type(face) is type(_STOCK_INIT)
+    assert type(face.__globals__["_init_body"]).__name__ == "Popen_init"
+    assert init.__globals__ is face.__globals__ is vars(popen)
+    assert init.__code__ is face.__code__
+    with pytest.raises(AttributeError) as stock:
+        _ = _STOCK_INIT.nothing  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError) as ours:
+        _ = init.nothing
+    assert str(ours.value) == str(stock.value)
 
 
 def test_unwrapping_a_bound_init_keeps_the_binding() -> None:
@@ -175,6 +186,18 @@ def test_the_class_signature_is_cpythons_plus_the_setup_keywords() -> None:
     assert ours[:len(stock)] == stock
     assert [(p.name, p.kind, p.default) for p in ours[len(stock):]] == [
         (name, inspect.Parameter.KEYWORD_ONLY, default) for name, default in _SETUP_DEFAULTS.items()]
+
+
+class _Bare(rdmaspawn.Popen):
+    pass
+
+
+def test_a_subclass_signature_is_popens() -> None:
+    """A subclass without an __init__ of its own shows rdmaspawn.Popen's
+    (no ``self``); one with its own, that one's."""
+    assert inspect.signature(_Bare) == inspect.signature(rdmaspawn.Popen)
+    assert "self" not in inspect.signature(_Bare).parameters
+    assert str(inspect.signature(_Plain)) == "(*args: 'object', **kwargs: 'object') -> 'None'"
 
 
 @pytest.mark.parametrize("kwargs", [{"bogus": 1}, {"pdeathsig": 9, "nice": 5}, {"stdout": -1}])

@@ -111,6 +111,13 @@ PyObject *rs_names_tuple(const char *const *names, int n);
  * setup_defaults). */
 PyObject *rs_popen_init_new(PyObject *module, PyObject *args);
 
+/* popen_init_method(body, face, setup_keywords): rdmaspawn.Popen.__init__
+ * (popen_init.c), a method descriptor: the plain call (an instance of
+ * popen itself, naming none of setup_keywords) goes to base.__init__ under
+ * the body's hold, any other to face, the Python function that calls body;
+ * introspection gets face's answers. */
+PyObject *rs_popen_init_method(PyObject *module, PyObject *args);
+
 /* held_fork(fork, decide, unheld) for rdmaspawn.guard(): see heldfork.c. */
 PyObject *rs_held_fork(PyObject *module, PyObject *args);
 #endif

@@ -109,6 +109,9 @@ static PyMethodDef functions[] = {
     {"popen_init_new", rs_popen_init_new, METH_VARARGS,
      "popen_init_new(base, popen, prepare, layout, getsignal, raise_signal): "
      "the body of rdmaspawn.Popen.__init__ (popen_init.c)."},
+    {"popen_init_method", rs_popen_init_method, METH_VARARGS,
+     "popen_init_method(body, face, setup_keywords): rdmaspawn.Popen.__init__, "
+     "the plain call in C, any other to face (popen_init.c)."},
     {"errpipe_calls", rs_errpipe_calls, METH_VARARGS,
      "errpipe_calls(pipes, os, first_fd, guard_mark): (pipe, read, close) of the "
      "error pipe kept in pipes (errpipe.c)."},

@@ -1,21 +1,33 @@
 /*
- * The body of rdmaspawn.Popen.__init__: CPython's __init__ with SIGINT held
- * back around it (dropin/interrupts.py says why, sigint.c how), without
- * the Python frames (hold(), finish(), replay(), a super() object) that
- * cost each Popen more than the hold itself.
+ * rdmaspawn.Popen.__init__: CPython's __init__ with SIGINT held back around
+ * it (dropin/interrupts.py says why, sigint.c how), without the Python
+ * frames (hold(), finish(), replay(), a super() object, a function of its
+ * own) that cost each Popen more than the hold itself.
  *
- * __init__ itself is a Python function that dropin/popen.py makes from
- * CPython's own (its parameters and defaults, then rdmaspawn's setup
- * keywords), so that it answers introspection (inspect, typing, pickle,
- * mock.create_autospec) as a function does. Its one statement calls this
- * object with self and every parameter's value, positionally, in that
- * order: `layout` says where each part sits.
+ * __init__ is a method object of this file (the "method" below), called as
+ * CPython calls a Python function in a class: its type is a method
+ * descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR), so Popen() passes the instance
+ * as the first argument with no bound method made; attribute access on an
+ * instance (super().__init__ in a subclass) gets a types.MethodType. It
+ * takes the plain call itself, an instance of rdmaspawn.Popen itself (a
+ * subclass's may have classes between the two in its MRO, which super()
+ * finds) naming no setup keyword: CPython's __init__, given the call's own
+ * arguments. Every other call goes to the "face": a Python function that
+ * dropin/popen.py makes from CPython's own __init__ (its parameters and
+ * defaults, then rdmaspawn's setup keywords), whose one statement calls the
+ * "body" below with self and every parameter's value, positionally, in that
+ * order (`layout` says where each part sits). The method answers
+ * introspection (inspect, typing, pickle, copy, mock.create_autospec) as
+ * that function: what its own type does not answer, the face does. It has
+ * no __wrapped__ or __signature__: inspect.unwrap() of a bound method
+ * passes on to the object it binds, so with them the binding was lost, and
+ * inspect.signature(rdmaspawn.Popen) showed self where it unwraps what the
+ * descriptor returns (gh-119605, 3.13.5).
  *
- * The plain call, an instance of rdmaspawn.Popen itself (a subclass's may
- * have classes between the two in its MRO, which super() finds) with every
- * setup keyword at its default, goes straight to CPython's __init__. Any
- * other is turned by `prepare(self, *values)` (Python) into the call to
- * make, (init, args, kwargs), made under the same hold.
+ * The body takes the plain call too (a setup keyword given its default) to
+ * CPython's __init__; any other is turned by `prepare(self, *values)`
+ * (Python) into the call to make, (init, args, kwargs), made under the same
+ * hold.
  */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
@@ -79,9 +91,10 @@ static int raise_sigint(Init *m)
 
 /* The end of a Popen that was built, under the hold: the program's handler
  * runs once for what arrived (interrupts.replay()), with the frame of the
- * code that called Popen(); then the release, which raises SIGINT again for
+ * code that called Popen() (the current one, or the one below it where
+ * `in_face`: the face's); then the release, which raises SIGINT again for
  * what came after. 0, or -1 with an exception. */
-static int finish(Init *m)
+static int finish(Init *m, int in_face)
 {
     if (rs_sigint_take()) {
         PyObject *handler;
@@ -89,11 +102,12 @@ static int finish(Init *m)
         if (is < 0)
             return -1;
         if (is) {
-            /* The frame of the code that called Popen(): the one below
-             * __init__'s, the Python function whose body this is. */
-            PyObject *init_frame = (PyObject *)PyEval_GetFrame();  /* borrowed */
-            PyObject *frame = init_frame ? PyObject_GetAttrString(init_frame, "f_back") : NULL;
-            if (!frame && init_frame) {
+            PyObject *frame = (PyObject *)PyEval_GetFrame();  /* borrowed */
+            if (frame && in_face)
+                frame = PyObject_GetAttrString(frame, "f_back");
+            else
+                Py_XINCREF(frame);
+            if (!frame && PyErr_Occurred()) {
                 Py_DECREF(handler);
                 return -1;
             }
@@ -145,9 +159,10 @@ static PyObject *abandon(Init *m, PyObject *self, int owner)
     return NULL;
 }
 
-/* init(*args, **kwargs) under the hold, for self. */
+/* init(*args, **kwargs) under the hold, for self; `in_face`: called by the
+ * face (the current frame is its). */
 static PyObject *held_call(Init *m, PyObject *self, PyObject *init,
-                           PyObject *args, PyObject *kwargs)
+                           PyObject *args, PyObject *kwargs, int in_face)
 {
     int owner = rs_sigint_owner();
     if (owner) {
@@ -161,7 +176,7 @@ static PyObject *held_call(Init *m, PyObject *self, PyObject *init,
     if (!r)
         return abandon(m, self, owner);
     Py_DECREF(r);
-    if (owner && finish(m) < 0)
+    if (owner && finish(m, in_face) < 0)
         return abandon(m, self, owner);
     return none();
 }
@@ -197,7 +212,7 @@ static PyObject *plain_call(Init *m, PyObject *values)
                 || PyDict_SetItem(kwargs, PyTuple_GetItem(m->kwonly_names, i), value) < 0)
             goto out;
     }
-    r = held_call(m, PyTuple_GetItem(values, 0), init, args, kwargs);
+    r = held_call(m, PyTuple_GetItem(values, 0), init, args, kwargs, 1);
 out:
     Py_XDECREF(init);
     Py_XDECREF(args);
@@ -225,7 +240,7 @@ static PyObject *init_call(PyObject *op, PyObject *values, PyObject *kwargs)
     PyObject *init, *args, *kw, *r = NULL;
     if (PyArg_ParseTuple(call, "OO!O!:prepare", &init, &PyTuple_Type, &args,
                          &PyDict_Type, &kw))
-        r = held_call(m, PyTuple_GetItem(values, 0), init, args, kw);
+        r = held_call(m, PyTuple_GetItem(values, 0), init, args, kw, 1);
     Py_DECREF(call);
     return r;
 }
@@ -255,11 +270,12 @@ static int init_clear(PyObject *op)
     return 0;
 }
 
-static void init_dealloc(PyObject *op)
+/* Both types': their own clear, then the free. */
+static void dealloc(PyObject *op)
 {
     PyTypeObject *type = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
-    init_clear(op);
+    ((inquiry)PyType_GetSlot(type, Py_tp_clear))(op);
     ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
     Py_DECREF(type);
 }
@@ -268,7 +284,7 @@ static PyType_Slot init_slots[] = {
     {Py_tp_call, (void *)init_call},
     {Py_tp_traverse, (void *)init_traverse},
     {Py_tp_clear, (void *)init_clear},
-    {Py_tp_dealloc, (void *)init_dealloc},
+    {Py_tp_dealloc, (void *)dealloc},
     {Py_tp_doc, (void *)"rdmaspawn.Popen.__init__'s body: (self, *values), each "
                         "parameter's value in the function's order."},
     {0, NULL},
@@ -279,9 +295,12 @@ static PyType_Spec init_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, init_slots,
 };
 
+/* The body's type: made once (the GIL serialises the callers); the method
+ * takes only a body of it. */
+static PyObject *init_type;
+
 PyObject *rs_popen_init_new(PyObject *module, PyObject *args)
 {
-    static PyObject *type;  /* made once; the GIL serialises the callers */
     Py_ssize_t npositional;
     PyObject *base, *popen, *prepare, *layout, *getsignal, *raise_signal;
     PyObject *kwonly_names, *kwonly_defaults, *setup_defaults;
@@ -299,9 +318,9 @@ PyObject *rs_popen_init_new(PyObject *module, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "popen_init_new: bad arguments");
         return NULL;
     }
-    if (!type && !(type = PyType_FromSpec(&init_spec)))
+    if (!init_type && !(init_type = PyType_FromSpec(&init_spec)))
         return NULL;
-    Init *m = (Init *)PyType_GenericAlloc((PyTypeObject *)type, 0);
+    Init *m = (Init *)PyType_GenericAlloc((PyTypeObject *)init_type, 0);
     if (!m)
         return NULL;
     PyObject *refs[] = {base, popen, prepare, kwonly_names, kwonly_defaults, setup_defaults,
@@ -325,4 +344,173 @@ PyObject *rs_popen_init_new(PyObject *module, PyObject *args)
         return NULL;
     }
     return (PyObject *)m;
+}
+
+/* --- the method -------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *body;            /* the Init above: its hold, its classes */
+    PyObject *face;            /* the Python __init__: every call but the plain
+                                * one, and what introspection asks */
+    PyObject *setup_keywords;  /* a frozenset: a call naming one is not plain */
+    PyObject *method_type;     /* types.MethodType, for access on an instance */
+} Method;
+
+/* Whether kwargs names a setup keyword: 1, 0, or -1 with an exception. */
+static int names_setup_keyword(Method *me, PyObject *kwargs)
+{
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kwargs, &pos, &key, &value)) {
+        int found = PySet_Contains(me->setup_keywords, key);
+        if (found)
+            return found;
+    }
+    return 0;
+}
+
+static PyObject *method_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    Method *me = (Method *)op;
+    Init *m = (Init *)me->body;
+    if (PyTuple_Size(args) < 1
+            || (PyObject *)Py_TYPE(PyTuple_GetItem(args, 0)) != m->popen)
+        return PyObject_Call(me->face, args, kwargs);
+    if (kwargs) {
+        int named = names_setup_keyword(me, kwargs);
+        if (named < 0)
+            return NULL;
+        if (named)
+            return PyObject_Call(me->face, args, kwargs);
+    }
+    PyObject *init = PyObject_GetAttr(m->base, m->name);
+    if (!init)
+        return NULL;
+    PyObject *r = held_call(m, PyTuple_GetItem(args, 0), init, args, kwargs, 0);
+    Py_DECREF(init);
+    return r;
+}
+
+/* p.__init__, super().__init__: a bound method; Popen.__init__: itself. */
+static PyObject *method_get(PyObject *op, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (!obj || obj == Py_None) {
+        Py_INCREF(op);
+        return op;
+    }
+    return PyObject_CallFunctionObjArgs(((Method *)op)->method_type, op, obj, NULL);
+}
+
+/* The face's answer for what the type does not answer, and for the two it
+ * answers as a type would (its own doc and module), where a function
+ * answers its own. */
+static PyObject *method_getattro(PyObject *op, PyObject *name)
+{
+    if (PyUnicode_CompareWithASCIIString(name, "__doc__") != 0
+            && PyUnicode_CompareWithASCIIString(name, "__module__") != 0) {
+        PyObject *r = PyObject_GenericGetAttr(op, name);
+        if (r || !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return r;
+        PyErr_Clear();
+    }
+    return PyObject_GetAttr(((Method *)op)->face, name);
+}
+
+/* pickle saves it by name, as a function (Popen.__init__, found in its
+ * module); copy and deepcopy return it. */
+static PyObject *method_reduce(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return PyObject_GetAttrString(((Method *)op)->face, "__qualname__");
+}
+
+static PyObject *method_repr(PyObject *op)
+{
+    PyObject *qualname = PyObject_GetAttrString(((Method *)op)->face, "__qualname__");
+    if (!qualname)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("<rdmaspawn function %U>", qualname);
+    Py_DECREF(qualname);
+    return r;
+}
+
+#define METHOD_OBJ_REFS(X) X(body) X(face) X(setup_keywords) X(method_type)
+
+static int method_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Method *me = (Method *)op;
+#define VISIT(f) Py_VISIT(me->f);
+    METHOD_OBJ_REFS(VISIT)
+#undef VISIT
+    Py_VISIT(Py_TYPE(op));
+    return 0;
+}
+
+static int method_clear(PyObject *op)
+{
+    Method *me = (Method *)op;
+#define CLEAR(f) Py_CLEAR(me->f);
+    METHOD_OBJ_REFS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static PyMethodDef method_methods[] = {
+    {"__reduce__", method_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot method_slots[] = {
+    {Py_tp_call, (void *)method_call},
+    {Py_tp_descr_get, (void *)method_get},
+    {Py_tp_getattro, (void *)method_getattro},
+    {Py_tp_repr, (void *)method_repr},
+    {Py_tp_methods, method_methods},
+    {Py_tp_traverse, (void *)method_traverse},
+    {Py_tp_clear, (void *)method_clear},
+    {Py_tp_dealloc, (void *)dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec method_spec = {
+    "rdmaspawn.Popen_init_method", sizeof(Method), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR, method_slots,
+};
+
+PyObject *rs_popen_init_method(PyObject *module, PyObject *args)
+{
+    static PyObject *type;  /* made once; the GIL serialises the callers */
+    PyObject *body, *face, *setup_keywords;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOO!:popen_init_method", &body, &face,
+                          &PyFrozenSet_Type, &setup_keywords))
+        return NULL;
+    if (!init_type || Py_TYPE(body) != (PyTypeObject *)init_type || !PyCallable_Check(face)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "popen_init_method: body is not popen_init_new's, or face not callable");
+        return NULL;
+    }
+    if (!type && !(type = PyType_FromSpec(&method_spec)))
+        return NULL;
+    Method *me = (Method *)PyType_GenericAlloc((PyTypeObject *)type, 0);
+    if (!me)
+        return NULL;
+    Py_INCREF(body);
+    Py_INCREF(face);
+    Py_INCREF(setup_keywords);
+    me->body = body;
+    me->face = face;
+    me->setup_keywords = setup_keywords;
+    PyObject *types = PyImport_ImportModule("types");
+    if (types) {
+        me->method_type = PyObject_GetAttrString(types, "MethodType");
+        Py_DECREF(types);
+    }
+    if (!me->method_type) {
+        Py_DECREF(me);
+        return NULL;
+    }
+    return (PyObject *)me;
 }

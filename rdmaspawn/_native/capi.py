@@ -17,7 +17,7 @@ from .. import _rdmaspawn_cffi
 
 __all__ = ["close_fd", "sigint_set_main", "sigint_owner", "sigint_held", "sigint_hold", "sigint_take", "sigint_release", "fork_exec_params", "fork_exec_new",
            "fork_exec_setup", "spawn_posix", "spawn_request_fields", "spawn_request",
-           "set_spawn_error", "popen_init_new", "errpipe_calls", "held_fork"]
+           "set_spawn_error", "popen_init_new", "popen_init_method", "errpipe_calls", "held_fork"]
 
 _NAME = "rdmaspawn._native._capi"
 
@@ -80,6 +80,11 @@ set_spawn_error: Callable[[Callable[..., BaseException]], None] = _c.set_spawn_e
 #: (``base.__init__`` with SIGINT held back, for exact instances of ``popen``
 #: given no setup keyword); ``prepare`` makes any other call's arguments.
 popen_init_new: Callable[..., Any] = _c.popen_init_new
+#: ``popen_init_method(body, face, setup_keywords)``: csrc/python/popen_init.c,
+#: rdmaspawn.Popen's ``__init__``, a method descriptor: the plain call under
+#: ``body``'s hold, any other to ``face`` (the Python function calling
+#: ``body``), whose answers it gives to introspection.
+popen_init_method: Callable[..., Any] = _c.popen_init_method
 #: ``errpipe_calls(pipes, os, first_fd, guard_mark)``: csrc/python/errpipe.c,
 #: the (pipe, read, close) of dropin.errpipe's pipes.
 errpipe_calls: Callable[[dict[int, Any], Any, int, str], Any] = _c.errpipe_calls

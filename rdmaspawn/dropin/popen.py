@@ -243,12 +243,13 @@ Popen.__module__ = "rdmaspawn"
 _NS["Popen"] = Popen
 
 # What Popen adds to CPython's __init__, the SIGINT hold, cost more as Python
-# frames than the hold itself, on every Popen: __init__ is one Python
-# function, made here from CPython's own (its parameters, from its code
-# object: start-up has no inspect) plus the setup keywords, so that it
-# answers introspection as CPython's does; its one statement hands every
-# value to csrc/python/popen_init.c, which holds SIGINT around CPython's
-# __init__ and ends the hold.
+# frames than the hold itself, on every Popen: __init__ is a C method
+# (csrc/python/popen_init.c) that takes the plain call to CPython's __init__
+# under the hold, and hands any other to its face: a Python function made
+# here from CPython's own (its parameters, from its code object: start-up
+# has no inspect) plus the setup keywords, whose one statement hands every
+# value to the C body, which holds SIGINT around the __init__ to call. The
+# method answers introspection with the face's answers, as CPython's does.
 _CPYTHON_INIT = subprocess.Popen.__init__
 _NO_DEFAULT = object()  # a parameter without one: always passed on
 
@@ -332,7 +333,10 @@ if _INTERNALS is not None and _init_error is None:
         subprocess.Popen, Popen, _prepare,
         (len(_POSITIONAL), _KWONLY, _KWONLY_DEFAULTS, tuple(SETUP_DEFAULTS.values())),
         _signal.getsignal, _signal.raise_signal)
-Popen.__init__ = _make_init()  # type: ignore[method-assign]
+_init_face = _make_init()
+Popen.__init__ = (  # type: ignore[method-assign]
+    _init_face if _init_body is _refuse
+    else _capi.popen_init_method(_init_body, _init_face, SETUP_KEYWORDS))
 
 # The functions call each other by their global names: those are ours too.
 _NS.update((name, _rebind(getattr(subprocess, name), name)) for name in __all__[1:])
