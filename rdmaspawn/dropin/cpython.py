@@ -21,6 +21,7 @@ from __future__ import annotations
 import _posixsubprocess
 import dis
 import io
+import operator
 import os
 import subprocess
 import sys
@@ -158,6 +159,9 @@ class PosixSpawn(NamedTuple):
     #: Where the six fds sit in _execute_child's positional call, self not
     #: counted (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite).
     fds: tuple[int, ...]
+    #: The six fds of a positional call, in that order (``operator.itemgetter``:
+    #: no list made per spawn).
+    fds_of: Callable[[tuple[Any, ...]], tuple[Any, ...]]
     #: What convert.c's rs_spawn_posix() converts the call with (its enum
     #: spec): the positions, a byte each (the call's length, then args,
     #: executable, env, restore_signals, close_fds (0xff: not a parameter
@@ -413,7 +417,7 @@ def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None,
                   _posix_spawn_refuses("\0", ["\0"], {}), POSIX_SPAWN_PATH_NUL,
                   _posix_spawn_refuses("/", ["x"], 0),
                   os if "environ" in code.co_names else None)
-    return PosixSpawn(function, params, defaults, fds, conversion), ""
+    return PosixSpawn(function, params, defaults, fds, operator.itemgetter(*fds), conversion), ""
 
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",

@@ -57,4 +57,4 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
         args = tuple(_bind(spawn, args, kwargs).values())
     self.pid = _capi.spawn_posix(args, spawn.conversion)
     self._child_created = True
-    self._close_pipe_fds(*[args[at] for at in spawn.fds])
+    self._close_pipe_fds(*spawn.fds_of(args))
