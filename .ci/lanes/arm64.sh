@@ -60,7 +60,7 @@ SUBSET="tests/test_errors.py::test_engine_reports_step_and_reaps
   tests/test_errors.py::test_engine_pidfd
   tests/test_pidfd.py::test_send_signal_goes_through_the_pidfd
   tests/test_pidfd.py::test_popen_has_a_pidfd_closed_when_reaped
-  tests/test_forkexec.py::test_plain_call_is_started_in_c_and_any_other_in_python
+  tests/test_forkexec.py::test_every_call_is_started_in_c_and_only_a_preexec_fn_in_python
   tests/test_forkexec.py::test_c_fork_exec_reports_a_failed_exec_as_cpythons_child_does
   tests/test_patch.py::test_patch_routes_through_the_engine_and_unpatch_restores
   tests/test_patch.py::test_module_is_a_drop_in_for_subprocess

@@ -140,7 +140,7 @@ def _in_subinterpreter() -> bool:
         import _interpreters as interpreters  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         try:
-            import _xxsubinterpreters as interpreters  # type: ignore[import-not-found,unused-ignore]
+            import _xxsubinterpreters as interpreters  # type: ignore[import-not-found,no-redef,unused-ignore]
         except ImportError:
             return False  # none to be in
     return bool(interpreters.get_current() != interpreters.get_main())
