@@ -160,6 +160,11 @@ def fork_exec_call_moved(text: str) -> str:
         """)
 
 
+def execute_child_renamed(text: str) -> str:
+    assert text.count("_execute_child(") >= 2, "no _execute_child to rename"
+    return text.replace("_execute_child(", "_rdmaspawn_test_execute_child(")
+
+
 class Case(NamedTuple):
     change: Callable[[str], str]
     #: "" where rdmaspawn works with the change; else what its refusal names.
@@ -183,6 +188,8 @@ CASES = {
     "fork_exec_parameter_added": Case(fork_exec_parameter_added,
                                       refused="passes 2[234] arguments, not 2[123]"),
     "fork_exec_call_moved": Case(fork_exec_call_moved, refused="makes no call of fork_exec"),
+    # Not in the issue: what the gate and the drop-in read first is gone.
+    "execute_child_renamed": Case(execute_child_renamed, refused="no attribute ._execute_child."),
 }
 
 #: What each child reports: exit codes, or the exception's type and message.

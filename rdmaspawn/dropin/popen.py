@@ -41,7 +41,9 @@ __all__ = [
 #: never the name).
 _CPYTHON_POPEN = subprocess.Popen
 #: Its _execute_child, as it was at import: what rdmaspawn.Popen runs.
-_CPYTHON_EXECUTE_CHILD = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+#: None where CPython's Popen has none: then the gate refuses Popen() first.
+_CPYTHON_EXECUTE_CHILD: Callable[..., None] | None = getattr(
+    subprocess.Popen, "_execute_child", None)
 
 #: This CPython's internals; None where rdmaspawn does not know them (then
 #: Popen() refuses to start, before any of the following is used).
@@ -235,6 +237,9 @@ def _execute_child_method() -> Callable[..., None]:
     """CPython's _execute_child with its error pipe in memory
     (dropin/execute_child.py), else as it is; with our globals either way."""
     cpython = _CPYTHON_EXECUTE_CHILD
+    if cpython is None:  # pragma: no cover - Popen() refused before its first spawn
+        _cpython.require()
+        raise AssertionError("require() passed where Popen has no _execute_child")
     code = _execute_child.code(cpython)
     return _rebind(cpython, "Popen._execute_child", code)
 
