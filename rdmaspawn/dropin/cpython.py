@@ -214,7 +214,7 @@ class Internals(NamedTuple):
     #: its enum rs_wording, by how fork_exec parses its int arguments
     #: (_fork_exec_parser: "format_i", PyArg_ParseTuple's "i", 3.9-3.11, or
     #: "clinic", Argument Clinic's, 3.12+): _WORDINGS' four, the C int
-    #: messages (_INT_WORDINGS), and "1" where restore_signals and
+    #: messages (_int_wordings()), and "1" where restore_signals and
     #: call_setsid are parsed as C ints rather than taken by their truth
     #: (Argument Clinic's bool, 3.12+; asked, _flags_by_truth). close_fds is
     #: taken by its truth everywhere. () where the parser is neither.
@@ -282,20 +282,41 @@ _WORDINGS = {
 }
 
 
-#: By int parser, a C int argument's errors, in convert.h's order: out of a
-#: C int's range (Argument Clinic's one message; "": the next three), out
-#: of a C long's, above and below a C int's (PyArg_ParseTuple's "i"); a
-#: float, and a type with no __index__ ("{}": its name), refused by name
-#: ("": PyNumber_Index's TypeError). 3.9's "i" had its own words for both
-#: (3.10 moved them to PyNumber_Index's); kept by version, as nothing shows them
-#: without a call.
-_INT_WORDINGS = {
-    "clinic": ("Python int too large to convert to C int", "", "", "", "", ""),
-    "format_i": ("", "Python int too large to convert to C long",
-                 "signed integer is greater than maximum", "signed integer is less than minimum",
-                 *(("integer argument expected, got float", "an integer is required (got type {})")
-                   if sys.version_info < (3, 10) else ("", ""))),
-}
+class _IntProbe:
+    """A value that no C int parser takes: its name shows in what it says."""
+
+
+def _i_refusals() -> tuple[str, str]:
+    """PyArg_ParseTuple "i"'s own words for a float and for a type with no
+    __index__ ("{}": its name), or "" where it leaves them to PyNumber_Index
+    (3.10 moved them there; a build or a distribution may differ, so asked).
+    os.posix_spawn parses its file actions with "i" before anything starts;
+    the path does not exist and is never reached."""
+    said = []
+    for probe in (1.5, _IntProbe()):
+        try:
+            os.posix_spawn("/", ["/"], {}, file_actions=[(os.POSIX_SPAWN_CLOSE, probe)])
+        except TypeError as exc:
+            words = str(exc)
+            said.append("" if words.endswith("object cannot be interpreted as an integer")
+                        else words.replace(_IntProbe.__name__, "{}"))
+        except Exception:  # noqa: BLE001 - refused otherwise: PyNumber_Index's words
+            said.append("")
+        else:  # pragma: no cover
+            raise AssertionError("os.posix_spawn took a file action it cannot parse")
+    return said[0], said[1]
+
+
+def _int_wordings(parser: str) -> tuple[str, ...]:
+    """By int parser, a C int argument's errors, in convert.h's order: out of a
+    C int's range (Argument Clinic's one message; "": the next three), out
+    of a C long's, above and below a C int's (PyArg_ParseTuple's "i"); a
+    float, and a type with no __index__, refused by name (_i_refusals())."""
+    if parser == "clinic":
+        return ("Python int too large to convert to C int", "", "", "", "", "")
+    return ("", "Python int too large to convert to C long",
+            "signed integer is greater than maximum", "signed integer is less than minimum",
+            *_i_refusals())
 
 
 def _fork_exec_parser(wanted: int) -> str:
@@ -370,7 +391,7 @@ def _looked_up(internals: Internals) -> Internals:
         # (not inspect, which start-up does without); -1 where it has none.
         preexec_fn_position=(init_names.index("preexec_fn") - 1 if "preexec_fn" in init_names
                              else -1),
-        fork_exec_wording=((*_WORDINGS[parser], *_INT_WORDINGS[parser], flags_as_int)
+        fork_exec_wording=((*_WORDINGS[parser], *_int_wordings(parser), flags_as_int)
                            if parser else ()),
     )
 
@@ -413,7 +434,7 @@ def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None,
     positions = bytes((len(params), at["args"], at["executable"], at["env"],
                        at["restore_signals"], at.get("close_fds", 0xFF), *fds))
     defaults = dict(zip(reversed(params), reversed(function.__defaults__ or ())))
-    conversion = (positions, ("", "", "", "", *_INT_WORDINGS["format_i"], ""),
+    conversion = (positions, ("", "", "", "", *_int_wordings("format_i"), ""),
                   _posix_spawn_refuses("\0", ["\0"], {}), POSIX_SPAWN_PATH_NUL,
                   _posix_spawn_refuses("/", ["x"], 0),
                   os if "environ" in code.co_names else None)
