@@ -24,6 +24,12 @@
  * inspect.signature(rdmaspawn.Popen) showed self where it unwraps what the
  * descriptor returns (gh-119605, 3.13.5).
  *
+ * Why one file with two types: the method (the fast path) and the body (the
+ * face's every other call) run the same SIGINT hold, replay, release and
+ * undoing of an abandoned Popen; kept static here, the hold has one
+ * implementation and no caller outside this file, so its rules (who owns a
+ * hold, which frame a replayed handler sees) are read in one place.
+ *
  * The body takes the plain call too (a setup keyword given its default) to
  * CPython's __init__; any other is turned by `prepare(self, *values)`
  * (Python) into the call to make, (init, args, kwargs), made under the same

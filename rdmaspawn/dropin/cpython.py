@@ -15,6 +15,12 @@ saying what to do (upgrade rdmaspawn, or use ``rdmaspawn.spawn()``), or left
 to CPython where its own is safe: a ``_posix_spawn`` that is not the one
 known (glibc's posix_spawn never copies the page tables: docs/api.md), a
 pipe named anywhere else than the known lines.
+
+Why one module this long: the issue that made it asked for one table of
+CPython's internals behind one gate, so that no other module holds such a
+fact or reads one before the gate; each lookup (a parser's wording, the
+error pipe's statements, ``_posix_spawn``'s conversion) sits beside the
+row it fills, and a new CPython is checked against this file alone.
 """
 from __future__ import annotations
 
