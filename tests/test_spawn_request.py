@@ -142,3 +142,25 @@ def test_a_child_left_for_the_caller_has_the_fail_status():
         engine.spawn([b"x"], [b"/nonexistent"], reap_on_failure=False, fail_status=3)
     assert info.value.pid is not None
     assert os.waitstatus_to_exitcode(os.waitpid(info.value.pid, 0)[1]) == 3
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise ZeroDivisionError("no truth")
+
+
+@pytest.mark.parametrize("value, on", [(None, False), (0.0, False), ("", False), ([], False),
+                                       ("yes", True), (1.5, True), ([0], True)])
+def test_a_flag_is_taken_by_truth_as_subprocess_takes_close_fds(value, on):
+    """close_fds=None keeps fds open, as subprocess.Popen's does on every
+    version; each flag keyword alike, and a __bool__ that raises propagates."""
+    fd = os.dup(0)
+    os.set_inheritable(fd, True)
+    try:
+        report, status = _spawn(close_fds=value, setsid=value, restore_signals=value)
+    finally:
+        os.close(fd)
+    assert status == 0
+    assert (str(fd) not in report["fds"], report["sid"] == report["pid"]) == (on, on)
+    with pytest.raises(ZeroDivisionError, match="no truth"):
+        engine.spawn([b"x"], [b"/bin/true"], want_pidfd=_NoTruth())

@@ -130,14 +130,17 @@ def spawn(
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
     ``setup`` is the child's declarative setup (rlimits, death signal, ...:
-    see :mod:`rdmaspawn.preexec`).
+    see :mod:`rdmaspawn.preexec`). The flags (``close_fds`` to
+    ``force_clone``) are taken by truth, as subprocess takes ``close_fds``:
+    None is false.
     """
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
     fds = sorted(set(pass_fds))
-    flags = ((close_fds and CLOSE_FDS) | (restore_signals and RESTORE_SIGNALS)
-             | (setsid and SETSID) | (want_pidfd and WANT_PIDFD)
-             | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
+    flags = sum(bit for bit, on in ((CLOSE_FDS, close_fds), (RESTORE_SIGNALS, restore_signals),
+                                    (SETSID, setsid), (WANT_PIDFD, want_pidfd),
+                                    (REAP_ON_FAILURE, reap_on_failure),
+                                    (FORCE_CLONE, force_clone)) if on)
     return spawn_request(SpawnRequest(
         argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child, fds, flags,
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
