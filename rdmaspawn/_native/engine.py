@@ -147,22 +147,24 @@ def spawn(
 
 
 #: csrc/python/convert.c's conversion and spawn of a SpawnRequest:
-#: ``(request, setup_address)`` -> ``(pid, pidfd)``.
+#: ``(request, then)`` -> ``(pid, pidfd)``.
 _spawn_request = _capi.spawn_request
 
 
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
     """Start the child ``request`` describes; as :func:`spawn`. It is
     converted and spawned in C (csrc/python/convert.c); a declarative setup
-    is packed first (:mod:`rdmaspawn._child.pack`) and handed over with it."""
+    is packed once the request is converted (:mod:`rdmaspawn._child.pack`),
+    so a bad argument is raised first, as CPython raises it before any
+    preexec_fn runs."""
     setup = request.setup
     if setup is None:
-        return _spawn_request(request, 0)
+        return _spawn_request(request, None)
     if setup.umask is not None:  # the last umask set wins, and one cannot fail
         request = request._replace(umask=setup.umask)
     ids_change = (request.uid is not None or request.gid is not None
                   or request.groups is not None)
-    return pack.spawn_with(setup, ids_change, lambda address: _spawn_request(request, address))
+    return _spawn_request(request, lambda spawn: pack.spawn_with(setup, ids_change, spawn))
 
 
 def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,
