@@ -436,3 +436,27 @@ def test_session_and_group_values_fail_where_cpython_fails(how: str) -> None:
     # os.setsid after start_new_session=True fails there: the test can fail
     assert ["SubprocessError", None] in out["stock"] and ["True", "True"] in out["stock"]
     assert out["spawns"] == len(out["cases"])
+
+
+BAD_ARGUMENTS = {"cwd": 1.5, "umask": "x", "env": {"A": "b\0"}}
+
+
+@pytest.mark.parametrize("keyword", sorted(BAD_ARGUMENTS))
+@pytest.mark.parametrize("through", ["Popen", "patch"])
+def test_a_bad_argument_is_raised_before_the_setup_is_packed(keyword: str, through: str) -> None:
+    """CPython converts fork_exec's arguments before its preexec_fn runs in the
+    child: a bad argument beside a setup that cannot be packed (no such
+    cgroup) raises the argument's error, as stock's does beside a preexec_fn."""
+    import rdmaspawn
+    from rdmaspawn.preexec import cgroup
+
+    kwargs = {keyword: BAD_ARGUMENTS[keyword]}
+    with pytest.raises(BaseException) as stock:
+        subprocess.Popen(["true"], preexec_fn=os.getpid, **kwargs)
+    with pytest.raises(BaseException) as ours:
+        if through == "Popen":
+            rdmaspawn.Popen(["true"], cgroup="/nonexistent/cg", **kwargs)
+        else:
+            with rdmaspawn.patched():
+                subprocess.Popen(["true"], preexec_fn=cgroup("/nonexistent/cg"), **kwargs)
+    assert (type(ours.value), str(ours.value)) == (type(stock.value), str(stock.value))

@@ -31,7 +31,7 @@ def test_a_spawn_through_the_extension_is_counted_by_the_cffi_module() -> None:
     """rs_spawn_count()'s counter is a static of the engine: a spawn the
     extension makes is seen through cffi only where both are one copy."""
     before = _rdmaspawn_cffi.lib.rs_spawn_count()
-    pid, pidfd = capi.spawn_request(SpawnRequest([TRUE], [TRUE]), 0)
+    pid, pidfd = capi.spawn_request(SpawnRequest([TRUE], [TRUE]), None)
     if pidfd >= 0:
         os.close(pidfd)
     assert os.waitpid(pid, 0)[1] == 0

@@ -67,3 +67,26 @@ def test_many_threads_at_once():
     assert errors == []
     assert open_fds() == fds
     assert children() == kids
+
+
+def test_a_request_refused_beside_a_setup_leaks_nothing():
+    """A bad argument beside a setup, and a setup that cannot be packed after
+    its request was converted: no fd, child or memory left behind."""
+    from rdmaspawn._child.model import build
+
+    def refused() -> None:
+        for argv in ([b"x", 3], [b"x", b"y" * 4096] * 40):
+            with pytest.raises((TypeError, FileNotFoundError)):
+                rdmaspawn.spawn(argv, [b"/bin/true"], setup=build(cgroup="/nonexistent/cg"))
+        with pytest.raises(FileNotFoundError):
+            rdmaspawn.Popen(["/bin/true"], env={"A": "b" * 4096}, cgroup="/nonexistent/cg")
+
+    for _ in range(50):
+        refused()
+    fds, kids, rss = open_fds(), children(), rss_kib()
+    for _ in range(2000):
+        refused()
+    assert open_fds() == fds
+    assert children() == kids
+    grown = rss_kib() - rss
+    assert grown < 2048, f"RSS grew by {grown} KiB over 2000 rounds"

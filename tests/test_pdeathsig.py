@@ -138,7 +138,8 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
             with packed(build(pdeathsig=signal.SIGTERM)) as setup:
                 setup.parent_pid = parent
                 request = SpawnRequest([b"sleep", b"0.2"], [b"/bin/sleep"])
-                pid, _ = _engine._spawn_request(request, int(ffi.cast("uintptr_t", setup)))
+                address = int(ffi.cast("uintptr_t", setup))
+                pid, _ = _engine._spawn_request(request, lambda spawn: spawn(address))
             out.append(describe(os.waitpid(pid, 0)[1]))
         print(json.dumps(out))
     """, "madvise")

@@ -142,3 +142,54 @@ def test_a_child_left_for_the_caller_has_the_fail_status():
         engine.spawn([b"x"], [b"/nonexistent"], reap_on_failure=False, fail_status=3)
     assert info.value.pid is not None
     assert os.waitstatus_to_exitcode(os.waitpid(info.value.pid, 0)[1]) == 3
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise ZeroDivisionError("no truth")
+
+
+@pytest.mark.parametrize("value, on", [(None, False), (0.0, False), ("", False), ([], False),
+                                       ("yes", True), (1.5, True), ([0], True)])
+def test_a_flag_is_taken_by_truth_as_subprocess_takes_close_fds(value, on):
+    """close_fds=None keeps fds open, as subprocess.Popen's does on every
+    version; each flag keyword alike, and a __bool__ that raises propagates."""
+    fd = os.dup(0)
+    os.set_inheritable(fd, True)
+    try:
+        report, status = _spawn(close_fds=value, setsid=value, restore_signals=value)
+    finally:
+        os.close(fd)
+    assert status == 0
+    assert (str(fd) not in report["fds"], report["sid"] == report["pid"]) == (on, on)
+    with pytest.raises(ZeroDivisionError, match="no truth"):
+        engine.spawn([b"x"], [b"/bin/true"], want_pidfd=_NoTruth())
+
+
+def test_a_bad_argument_is_raised_before_the_setup_is_packed():
+    """The request is converted before its setup is packed: a bad argv beside
+    a cgroup that is none raises the argv's TypeError, and opens nothing."""
+    from rdmaspawn._child.model import build
+
+    fds = os.listdir("/proc/self/fd")
+    for argv in ([b"x", 3], [b"x"]):
+        with pytest.raises(TypeError if len(argv) > 1 else FileNotFoundError):
+            engine.spawn(argv, [b"/bin/true"], setup=build(cgroup="/nonexistent/cg"))
+    assert os.listdir("/proc/self/fd") == fds
+
+
+def test_the_converted_request_is_spawned_once_and_only_inside_then():
+    """then() gets a spawn that works once; kept past then(), it refuses."""
+    request = SpawnRequest([b"x"], [b"/nonexistent"])
+    kept = []
+
+    def then(spawn):
+        kept.append(spawn)
+        with pytest.raises(engine.SpawnError):
+            spawn(0)
+        return spawn(0)
+
+    with pytest.raises(RuntimeError, match="spawned once"):
+        capi.spawn_request(request, then)
+    with pytest.raises(RuntimeError, match="spawned once"):
+        kept[0](0)

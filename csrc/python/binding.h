@@ -63,9 +63,9 @@ PyObject *rs_fork_exec_new(PyObject *module, PyObject *args);
 /* Whether obj is one of those fork_exec objects. */
 int rs_is_fork_exec(PyObject *obj);
 
-/* fork_exec_setup(op, args, setup_address): fork_exec's call through the
- * fork_exec object op, its preexec_fn left out, with the packed struct
- * rs_setup at setup_address (an int). */
+/* fork_exec_setup(op, args, then): fork_exec's call through the fork_exec
+ * object op, its preexec_fn left out, converted, then spawned by then(spawn)
+ * with the struct rs_setup it packs (convert.h's rs_conv_then()). */
 PyObject *rs_fork_exec_setup(PyObject *module, PyObject *call);
 
 /* errpipe_calls(pipes, os, first_fd, guard_mark): pipe(fork_exec), read(fd,
@@ -86,9 +86,9 @@ PyObject *rs_spawn_posix(PyObject *module, PyObject *args);
  * spawn_request() reads them (convert.c): a new tuple of str. */
 PyObject *rs_spawn_request_fields(PyObject *module, PyObject *unused);
 
-/* spawn_request(request, setup_address): a SpawnRequest converted and
- * spawned, with the packed struct rs_setup at setup_address (an int; 0:
- * none): (pid, pidfd), or the SpawnError raised. */
+/* spawn_request(request, then): a SpawnRequest converted and spawned, by
+ * then(spawn) with the struct rs_setup it packs (rs_conv_then()), or at once
+ * where then is None: (pid, pidfd), or the SpawnError raised. */
 PyObject *rs_spawn_request(PyObject *module, PyObject *args);
 
 /* set_spawn_error(make): engine._spawn_error, set once: make(err, step,

@@ -115,6 +115,48 @@ void rs_conv_spawn(struct rs_conv *c, struct rs_result *res)
     rs_conv_release(c);
 }
 
+struct deferred {
+    struct rs_conv *c;      /* NULL once spawned */
+    PyObject *(*finish)(struct rs_conv *c, void *ctx);
+    void *ctx;
+};
+
+static PyObject *deferred_spawn(PyObject *capsule, PyObject *address)
+{
+    struct deferred *d = PyCapsule_GetContext(capsule);   /* NULL: then() has returned */
+    void *setup = PyLong_AsVoidPtr(address);
+    if (!setup && PyErr_Occurred())
+        return NULL;
+    if (!d || !d->c) {
+        PyErr_SetString(PyExc_RuntimeError, "rdmaspawn: a request is spawned once, in then()");
+        return NULL;
+    }
+    struct rs_conv *c = d->c;
+    d->c = NULL;
+    c->setup = setup;
+    return d->finish(c, d->ctx);
+}
+
+static PyMethodDef deferred_def = {"spawn", deferred_spawn, METH_O, NULL};
+
+PyObject *rs_conv_then(struct rs_conv *c, PyObject *then,
+                       PyObject *(*finish)(struct rs_conv *c, void *ctx), void *ctx)
+{
+    struct deferred d = {c, finish, ctx};
+    PyObject *out = NULL, *go = NULL;
+    PyObject *capsule = PyCapsule_New(&d, "rdmaspawn.deferred", NULL);
+    if (capsule && PyCapsule_SetContext(capsule, &d) == 0
+            && (go = PyCFunction_New(&deferred_def, capsule)))
+        out = PyObject_CallFunctionObjArgs(then, go, NULL);
+    if (capsule)
+        PyCapsule_SetContext(capsule, NULL);   /* d ends with this frame; go may not */
+    Py_XDECREF(go);
+    Py_XDECREF(capsule);
+    if (d.c)
+        rs_conv_release(c);
+    return out;
+}
+
 /* --- values ---------------------------------------------------------------- */
 
 static PyObject *type_name(PyObject *o)
@@ -632,39 +674,43 @@ PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject 
                                             res->pid, res->exec_index, flags, cwd, exec_list));
 }
 
-PyObject *rs_spawn_request(PyObject *module, PyObject *args)
+/* The converted request spawned: (pid, pidfd), or its SpawnError raised. */
+static PyObject *request_spawned(struct rs_conv *c, void *request_and_exec_list)
 {
-    struct rs_conv c;
+    PyObject **q = request_and_exec_list;
     struct rs_result res;
-    PyObject *request, *setup_address;
+    int flags = c->flags;
+    PyObject *exec_list = q[1];   /* as converted: a failure's filename is one of its items */
 
-    (void)module;
-    if (!PyArg_UnpackTuple(args, "spawn_request", 2, 2, &request, &setup_address))
-        return NULL;
-    if (!PyTuple_Check(request) || PyTuple_Size(request) != N_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "spawn_request: not a SpawnRequest");
-        return NULL;
-    }
-    void *setup = PyLong_AsVoidPtr(setup_address);
-    if (!setup && PyErr_Occurred())
-        return NULL;
-    PyObject *exec_list = NULL;   /* as converted: a failure's filename is one of its items */
-    rs_conv_init(&c);
-    if (!convert_request(request, &c, &exec_list)) {
-        rs_conv_release(&c);
-        return NULL;
-    }
-    c.setup = setup;
-    int flags = c.flags;
     Py_INCREF(exec_list);
-    rs_conv_spawn(&c, &res);
+    rs_conv_spawn(c, &res);
     PyObject *out = NULL;
     if (res.err)
-        rs_raise_spawn_error(&res, flags, PyTuple_GetItem(request, F_CWD), exec_list);
+        rs_raise_spawn_error(&res, flags, PyTuple_GetItem(q[0], F_CWD), exec_list);
     else
         out = Py_BuildValue("(ii)", res.pid, res.pidfd);
     Py_DECREF(exec_list);
     return out;
+}
+
+PyObject *rs_spawn_request(PyObject *module, PyObject *args)
+{
+    struct rs_conv c;
+    PyObject *q[2] = {NULL, NULL}, *then;
+
+    (void)module;
+    if (!PyArg_UnpackTuple(args, "spawn_request", 2, 2, &q[0], &then))
+        return NULL;
+    if (!PyTuple_Check(q[0]) || PyTuple_Size(q[0]) != N_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "spawn_request: not a SpawnRequest");
+        return NULL;
+    }
+    rs_conv_init(&c);
+    if (!convert_request(q[0], &c, &q[1])) {
+        rs_conv_release(&c);
+        return NULL;
+    }
+    return then == Py_None ? request_spawned(&c, q) : rs_conv_then(&c, then, request_spawned, q);
 }
 
 /* --- Popen._posix_spawn's call ------------------------------------------------- */

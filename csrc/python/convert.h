@@ -44,6 +44,14 @@ void rs_conv_release(struct rs_conv *c);
 /* rs_spawn_packed() of c with the GIL released, then c given back. */
 void rs_conv_spawn(struct rs_conv *c, struct rs_result *res);
 
+/* c, converted, handed to then(spawn), a Python callable that packs the
+ * declarative setup (rdmaspawn/_child/pack.py) and calls spawn(address)
+ * once: finish(c, ctx) with the struct rs_setup at address. So a bad
+ * argument is raised before the setup is packed, as CPython raises it
+ * before its preexec_fn runs. then's result, and c given back either way. */
+PyObject *rs_conv_then(struct rs_conv *c, PyObject *then,
+                       PyObject *(*finish)(struct rs_conv *c, void *ctx), void *ctx);
+
 /* A C parameter list written once as X(ID, name) pairs gives both an enum of
  * the IDs and a table of the names: these are the two X's. */
 #define RS_X_ENUM(id, name) id,

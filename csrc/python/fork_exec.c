@@ -90,22 +90,16 @@ static PyObject *call_slow(ForkExec *self, PyObject *args)
     return result;
 }
 
-/* The call converted and spawned, with setup (NULL: none): the pid. */
-static PyObject *spawn(ForkExec *self, PyObject *args, const struct rs_setup *setup)
-{
-    struct rs_conv c;
-    struct rs_result res;
-    int errpipe_write = -1;
+struct call { ForkExec *self; int errpipe_write; };
 
-    rs_conv_init(&c);
-    if (!rs_convert_fork_exec(args, self->pos, self->wording, self->first_memory_fd, &c,
-                              &errpipe_write)) {
-        rs_conv_release(&c);
-        return NULL;
-    }
-    c.setup = setup;
-    int flags = c.flags;
-    rs_conv_spawn(&c, &res);
+/* The converted call spawned: the pid. */
+static PyObject *spawned(struct rs_conv *c, void *converted)
+{
+    struct call *call = converted;
+    struct rs_result res;
+    int flags = c->flags;
+
+    rs_conv_spawn(c, &res);
     if (res.err == 0)
         return PyLong_FromLong(res.pid);
     if (res.pid < 0) {
@@ -117,8 +111,24 @@ static PyObject *spawn(ForkExec *self, PyObject *args, const struct rs_setup *se
         return rs_raise_spawn_error(&res, flags, Py_None, Py_None);
     /* The child failed before exec: the caller reads the pipe and reaps it,
      * as with CPython. */
-    report_to_errpipe(self, errpipe_write, &res);
+    report_to_errpipe(call->self, call->errpipe_write, &res);
     return PyLong_FromLong(res.pid);
+}
+
+/* The call converted and spawned, with no setup (then NULL) or with the
+ * one then() packs (rs_conv_then()): the pid. */
+static PyObject *spawn(ForkExec *self, PyObject *args, PyObject *then)
+{
+    struct rs_conv c;
+    struct call call = {self, -1};
+
+    rs_conv_init(&c);
+    if (!rs_convert_fork_exec(args, self->pos, self->wording, self->first_memory_fd, &c,
+                              &call.errpipe_write)) {
+        rs_conv_release(&c);
+        return NULL;
+    }
+    return then ? rs_conv_then(&c, then, spawned, &call) : spawned(&c, &call);
 }
 
 /* The number of arguments, as fork_exec counts them first. */
@@ -152,18 +162,15 @@ static PyObject *fork_exec_call(PyObject *op, PyObject *args, PyObject *kwargs)
 
 PyObject *rs_fork_exec_setup(PyObject *module, PyObject *call)
 {
-    PyObject *op, *args, *setup_address;
+    PyObject *op, *args, *then;
     (void)module;
-    if (!PyArg_UnpackTuple(call, "fork_exec_setup", 3, 3, &op, &args, &setup_address))
+    if (!PyArg_UnpackTuple(call, "fork_exec_setup", 3, 3, &op, &args, &then))
         return NULL;
     if (!rs_is_fork_exec(op) || !PyTuple_Check(args)) {
         PyErr_SetString(PyExc_TypeError, "fork_exec_setup: not a fork_exec and its call");
         return NULL;
     }
-    void *setup = PyLong_AsVoidPtr(setup_address);
-    if ((!setup && PyErr_Occurred()) || !counted((ForkExec *)op, args, NULL))
-        return NULL;
-    return spawn((ForkExec *)op, args, setup);
+    return counted((ForkExec *)op, args, NULL) ? spawn((ForkExec *)op, args, then) : NULL;
 }
 
 /* --- the type ------------------------------------------------------------ */

@@ -94,15 +94,16 @@ static PyMethodDef functions[] = {
      "fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report, first_memory_fd): "
      "a fork_exec object."},
     {"fork_exec_setup", rs_fork_exec_setup, METH_VARARGS,
-     "fork_exec_setup(fork_exec, args, setup_address): the call without its preexec_fn, "
-     "with the packed setup."},
+     "fork_exec_setup(fork_exec, args, then): the call without its preexec_fn, converted, "
+     "then spawned by then(spawn) with the setup it packs."},
     {"spawn_posix", rs_spawn_posix, METH_VARARGS,
      "spawn_posix(args, conversion): Popen._posix_spawn's positional call spawned "
      "(convert.c): the pid, or os.posix_spawn's exception."},
     {"spawn_request_fields", rs_spawn_request_fields, METH_NOARGS,
      "SpawnRequest's field names, in the order spawn_request reads them."},
     {"spawn_request", rs_spawn_request, METH_VARARGS,
-     "spawn_request(request, setup_address): a SpawnRequest spawned: (pid, pidfd)."},
+     "spawn_request(request, then): a SpawnRequest converted, then spawned by then(spawn) "
+     "(None: at once): (pid, pidfd)."},
     {"set_spawn_error", rs_set_spawn_error, METH_O,
      "set_spawn_error(make): make(err, step, pid, exec_index, flags, cwd, exec_list) "
      "gives a failed spawn's exception."},

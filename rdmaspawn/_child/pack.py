@@ -131,9 +131,9 @@ def _dispose(spawned: Any) -> None:
 
 
 def spawn_with(setup: ChildSetup, ids_change: bool, spawn: Callable[[int], T]) -> T:
-    """``spawn(address)``, the one C converter's call (engine.spawn_request,
-    the C fork_exec), with ``setup`` packed at ``address`` and carried out in
-    the child.
+    """``spawn(address)``, the one C converter's spawn of a request it has
+    converted (engine.spawn_request, the C fork_exec), with ``setup`` packed
+    at ``address`` and carried out in the child.
 
     ``ids_change``: the request changes user, group or groups (see
     :func:`packed`). The caller makes the setup's umask the request's (the

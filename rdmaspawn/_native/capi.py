@@ -57,9 +57,11 @@ fork_exec_params: Callable[[], tuple[str, ...]] = _c.fork_exec_params
 fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
                          Callable[[int, bytes], object], int],
                         Callable[..., int]] = _c.fork_exec_new
-#: ``fork_exec_setup(fork_exec, args, setup_address)``: that object's call
-#: without its preexec_fn, with the packed ``struct rs_setup`` at the address.
-fork_exec_setup: Callable[[Any, tuple[Any, ...], int], int] = _c.fork_exec_setup
+#: ``fork_exec_setup(fork_exec, args, then)``: that object's call without its
+#: preexec_fn, converted, then spawned by ``then(spawn)``, which packs the
+#: ``struct rs_setup`` and calls ``spawn(address)`` once (pack.spawn_with).
+fork_exec_setup: Callable[[Any, tuple[Any, ...], Callable[[Callable[[int], int]], int]],
+                          int] = _c.fork_exec_setup
 #: ``spawn_posix(args, conversion)``: csrc/python/convert.c,
 #: ``Popen._posix_spawn``'s call (its positional arguments) converted and
 #: spawned as ``os.posix_spawn`` would: the pid, or its exception;
@@ -68,10 +70,12 @@ spawn_posix: Callable[[tuple[Any, ...], tuple[Any, ...]], int] = _c.spawn_posix
 #: SpawnRequest's field names in the order spawn_request reads them
 #: (csrc/python/convert.c).
 spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields
-#: ``spawn_request(request, setup_address)``: csrc/python/convert.c, a
-#: SpawnRequest converted and spawned (the packed ``struct rs_setup`` at
-#: setup_address, 0: none): ``(pid, pidfd)``, or its SpawnError raised.
-spawn_request: Callable[[tuple[Any, ...], int], tuple[int, int]] = _c.spawn_request
+#: ``spawn_request(request, then)``: csrc/python/convert.c, a SpawnRequest
+#: converted, then spawned by ``then(spawn)`` as fork_exec_setup's (None: at
+#: once): ``(pid, pidfd)``, or its SpawnError raised.
+spawn_request: Callable[[tuple[Any, ...],
+                         Callable[[Callable[[int], tuple[int, int]]], tuple[int, int]] | None],
+                        tuple[int, int]] = _c.spawn_request
 #: ``set_spawn_error(make)``: the function that makes a failed spawn's
 #: exception for the C side (engine._spawn_error).
 set_spawn_error: Callable[[Callable[..., BaseException]], None] = _c.set_spawn_error

@@ -130,36 +130,41 @@ def spawn(
     execve() succeeded; the failed child is reaped unless
     ``reap_on_failure`` is false, in which case its pid is on the error.
     ``setup`` is the child's declarative setup (rlimits, death signal, ...:
-    see :mod:`rdmaspawn.preexec`).
+    see :mod:`rdmaspawn.preexec`). The flags (``close_fds`` to
+    ``force_clone``) are taken by truth, as subprocess takes ``close_fds``:
+    None is false.
     """
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
     fds = sorted(set(pass_fds))
-    flags = ((close_fds and CLOSE_FDS) | (restore_signals and RESTORE_SIGNALS)
-             | (setsid and SETSID) | (want_pidfd and WANT_PIDFD)
-             | (reap_on_failure and REAP_ON_FAILURE) | (force_clone and FORCE_CLONE))
+    flags = sum(bit for bit, on in ((CLOSE_FDS, close_fds), (RESTORE_SIGNALS, restore_signals),
+                                    (SETSID, setsid), (WANT_PIDFD, want_pidfd),
+                                    (REAP_ON_FAILURE, reap_on_failure),
+                                    (FORCE_CLONE, force_clone)) if on)
     return spawn_request(SpawnRequest(
         argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child, fds, flags,
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
 #: csrc/python/convert.c's conversion and spawn of a SpawnRequest:
-#: ``(request, setup_address)`` -> ``(pid, pidfd)``.
+#: ``(request, then)`` -> ``(pid, pidfd)``.
 _spawn_request = _capi.spawn_request
 
 
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
     """Start the child ``request`` describes; as :func:`spawn`. It is
     converted and spawned in C (csrc/python/convert.c); a declarative setup
-    is packed first (:mod:`rdmaspawn._child.pack`) and handed over with it."""
+    is packed once the request is converted (:mod:`rdmaspawn._child.pack`),
+    so a bad argument is raised first, as CPython raises it before any
+    preexec_fn runs."""
     setup = request.setup
     if setup is None:
-        return _spawn_request(request, 0)
+        return _spawn_request(request, None)
     if setup.umask is not None:  # the last umask set wins, and one cannot fail
         request = request._replace(umask=setup.umask)
     ids_change = (request.uid is not None or request.gid is not None
                   or request.groups is not None)
-    return pack.spawn_with(setup, ids_change, lambda address: _spawn_request(request, address))
+    return _spawn_request(request, lambda spawn: pack.spawn_with(setup, ids_change, spawn))
 
 
 def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,

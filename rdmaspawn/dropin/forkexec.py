@@ -109,8 +109,8 @@ def _preexec_fn(owner: Any, *args: Any) -> int:
     ids_change = (call.uid not in (None, -1) or call.gid not in (None, -1)
                   or call.extra_groups is not None)
     try:
-        return pack.spawn_with(setup, ids_change,
-                               lambda address: _capi.fork_exec_setup(owner, args, address))
+        return _capi.fork_exec_setup(owner, args,
+                                     lambda spawn: pack.spawn_with(setup, ids_change, spawn))
     except ChildSetupError as err:
         # Raised here, as a failed fork() is: the caller closes the pipes.
         if err.pid is not None:
