@@ -194,6 +194,21 @@ def targets(report: Report) -> list[Target]:
     return out
 
 
+def throughput_cells(report: Report, mem: float, sid: str
+                     ) -> list[tuple[float, float | None] | None]:
+    """Per thread count, (spawns/s, over 1 thread's or None where that is the
+    1-thread figure or missing), or None where not measured."""
+    base = report.figures(mem, 1, sid)
+    cells: list[tuple[float, float | None] | None] = []
+    for t in report.settings.threads:
+        f = report.figures(mem, t, sid)
+        tp = f.throughput_per_s if f is not None else None
+        over = (tp / base.throughput_per_s if tp is not None and t != 1 and base is not None
+                and base.throughput_per_s else None)
+        cells.append(None if tp is None else (tp, over))
+    return cells
+
+
 def analyse(report: Report) -> None:
     """Fill in the derived figures: ratios, growth per GiB and the targets."""
     add_ratios(report)
