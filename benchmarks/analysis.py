@@ -1,32 +1,16 @@
 """What a run's figures say: ratios, growth per GiB, and the targets asked of rdmaspawn.
 
 Every threshold is a named constant here, and the verdicts are computed once,
-into the report's targets: the table, the JSON and the docs block all
-print those verdicts and never judge a figure again themselves.
+into the report's targets: the table, the JSON and the docs block all print
+those verdicts and never judge a figure again themselves.
 
-================================  ==========================================  =========
-target                            figure                                      wanted
-================================  ==========================================  =========
-flat (rdmaspawn.Popen / engine)   median over the C floor's (side by side)    <= 1.10
-                                  at the largest / at the smallest size
-thin (floor)                      rdmaspawn.Popen median / the C floor's      <= 1.10
-thin (engine / floor)             the engine's median / the C floor's         <= 1.10
-latency vs subprocess             rdmaspawn.Popen median / subprocess.Popen's <= 1.05
-throughput vs subprocess (N thr)  rdmaspawn.Popen spawns/s / subprocess's,    >= 0.95
-                                  N = 2 and 4 threads spawning at once
-CPU per spawn <= CPython's        rdmaspawn.Popen's parent CPU per spawn /    <= 1.0
-                                  subprocess.Popen's (and the same for
-                                  subprocess.Popen under patch())
-parallel                          rdmaspawn.Popen spawns/s, 2 threads / 1     >= 1.6
-================================  ==========================================  =========
-
-The comparisons with subprocess.Popen ask for "no worse", 1.0; those of
-latency and throughput allow NOISE_ALLOWANCE either way (issue 29 asks the CPU
-per spawn for CPython's or less, as measured, with none): both run side by side in the same rounds, but two
-medians of the same code on a shared machine still differ by a few percent.
-Their notes also give the same ratio taken round by round (p25 .. p75 over the
-rounds): where that range is wide, the machine's noise is larger than the
-allowance and the verdict says little either way.
+The comparisons with subprocess.Popen ask for "no worse", 1.0; latency and
+throughput allow NOISE_ALLOWANCE either way (the CPU per spawn none, as issue
+29 asks): both run side by side in the same rounds, but two medians of the
+same code on a shared machine still differ by a few percent.  Their notes
+also give the ratio taken round by round (p25 .. p75): where that range is
+wide, the machine's noise is larger than the allowance and the verdict says
+little either way.
 """
 
 from __future__ import annotations
@@ -64,17 +48,13 @@ def growth_per_gib(report: Report) -> dict[str, float | None]:
     """Least-squares growth of each spawner's median latency, in us per GiB, at the latency
     thread count; None with fewer than two sizes."""
     out: dict[str, float | None] = {}
-    threads = report.settings.latency_threads
-    for sid in report.spawner_ids():
-        pts = []
-        for m in report.settings.mem_gib_measured:
-            f = report.figures(m, threads, sid)
-            if f is not None and f.median_us is not None:
-                pts.append((m, f.median_us))
+    for s in report.spawners:
+        pts = [(m, y) for m in report.settings.mem_gib_measured
+               if (y := _figure(report, m, report.settings.latency_threads, s.id)) is not None]
         mx = sum(p[0] for p in pts) / len(pts) if pts else 0.0
         my = sum(p[1] for p in pts) / len(pts) if pts else 0.0
         sxx = sum((p[0] - mx) ** 2 for p in pts)
-        out[sid] = (
+        out[s.id] = (
             None if len(pts) < 2 or sxx == 0
             else sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
         )
@@ -101,23 +81,23 @@ def round_ratio_spread(a: list[float], b: list[float]) -> list[float] | None:
     return None if p25 is None or p75 is None else [round(p25, 4), round(p75, 4)]
 
 
+# The figure a side-by-side comparison takes, and its batches' figures.
+SIDE_BY_SIDE = {"latency": ("median_us", "batch_median_us"),
+                "cpu": ("cpu_per_spawn_us", "batch_cpu_per_spawn_us"),
+                "throughput": ("throughput_per_s", "batch_throughput_per_s")}
+
+
 def _side_by_side(report: Report, mem: float, threads: int, what: str, sid: str = RDMASPAWN
                   ) -> tuple[float | None, list[float] | None]:
-    """Spawner ``sid`` (rdmaspawn.Popen) over subprocess.Popen in one configuration: (ratio
-    of the medians, the throughputs or the CPU per spawn, as ``what`` says; its
-    round-by-round spread)."""
+    """Spawner ``sid`` over subprocess.Popen in one configuration, on ``what``: (the
+    ratio, its round-by-round spread)."""
     rd = report.figures(mem, threads, sid)
     df = report.figures(mem, threads, DEFAULT_PATH)
     if rd is None or df is None:
         return None, None
-    if what == "latency":
-        return (ratio(rd.median_us, df.median_us),
-                round_ratio_spread(rd.batch_median_us, df.batch_median_us))
-    if what == "cpu":
-        return (ratio(rd.cpu_per_spawn_us, df.cpu_per_spawn_us),
-                round_ratio_spread(rd.batch_cpu_per_spawn_us, df.batch_cpu_per_spawn_us))
-    return (ratio(rd.throughput_per_s, df.throughput_per_s),
-            round_ratio_spread(rd.batch_throughput_per_s, df.batch_throughput_per_s))
+    figure, batches = SIDE_BY_SIDE[what]
+    return (ratio(getattr(rd, figure), getattr(df, figure)),
+            round_ratio_spread(getattr(rd, batches), getattr(df, batches)))
 
 
 def _figure(report: Report, mem: float, threads: int, sid: str,
@@ -129,16 +109,11 @@ def _figure(report: Report, mem: float, threads: int, sid: str,
 def _flat(report: Report, sid: str, lo: float, hi: float, threads: int
           ) -> tuple[float | None, str]:
     """Spawner ``sid``'s growth from the smallest resident size to the largest:
-    (the figure, its note).
-
-    Each size is its own configuration, measured minutes after the one
-    before, so the medians of two sizes are not side by side: a machine
-    that drifts in between (another job, the CPU's clock) reads as growth.
-    The C floor runs in the same rounds as the spawner at each size, in a
-    small process of its own that the resident memory cannot reach, so the
-    spawner's median over the floor's is side by side at each size, and
-    the figure is the one at the largest size over the one at the smallest.
-    Without the floor's figures, the plain medians' ratio, said so."""
+    (the figure, its note).  Two sizes are measured minutes apart, so a machine
+    that drifts in between reads as growth; the C floor runs in the same rounds
+    at each size, out of the resident memory's reach, so the figure is the
+    spawner's median over the floor's at the largest size over the same at the
+    smallest.  Without the floor's figures, the plain medians' ratio, said so."""
     if not hi > lo:
         return None, "needs two resident sizes"
     at_hi, at_lo = _figure(report, hi, threads, sid), _figure(report, lo, threads, sid)
@@ -217,6 +192,21 @@ def targets(report: Report) -> list[Target]:
     out.append(_target("parallel", "throughput of 2 threads / 1 thread", fig, ">=", PARALLEL_MIN,
                        note))
     return out
+
+
+def throughput_cells(report: Report, mem: float, sid: str
+                     ) -> list[tuple[float, float | None] | None]:
+    """Per thread count, (spawns/s, over 1 thread's or None where that is the
+    1-thread figure or missing), or None where not measured."""
+    base = report.figures(mem, 1, sid)
+    cells: list[tuple[float, float | None] | None] = []
+    for t in report.settings.threads:
+        f = report.figures(mem, t, sid)
+        tp = f.throughput_per_s if f is not None else None
+        over = (tp / base.throughput_per_s if tp is not None and t != 1 and base is not None
+                and base.throughput_per_s else None)
+        cells.append(None if tp is None else (tp, over))
+    return cells
 
 
 def analyse(report: Report) -> None:

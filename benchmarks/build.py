@@ -37,24 +37,20 @@ class Built:
     notes: list[str] = field(default_factory=list)
 
 
+def _run(args: list[str], timeout: float) -> tuple[bool, str]:
+    """(succeeded, what it said: its stderr, else its stdout)."""
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, errors="replace",
+                           timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    return r.returncode == 0, (r.stderr or r.stdout).strip()
+
+
 def _compile(args: list[str]) -> tuple[bool, str]:
     """(succeeded, the compiler's last words)."""
-    try:
-        r = subprocess.run(
-            args, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    out = (r.stderr or r.stdout).strip()
-    return r.returncode == 0, out.splitlines()[-1] if out else ""
-
-
-def _runs_ok(args: list[str]) -> tuple[bool, str]:
-    try:
-        r = subprocess.run(args, capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    return r.returncode == 0, r.stdout.decode(errors="replace").strip()
+    ok, said = _run(args, COMPILE_TIMEOUT_S)
+    return ok, said.splitlines()[-1] if said else ""
 
 
 def find_cc() -> str | None:
@@ -75,7 +71,7 @@ def build(workdir: Path) -> Built:
     errors = []
     for kind, flags in NOOP_ATTEMPTS:
         ok, err = _compile([cc, *flags, "-o", str(noop), str(SOURCES / "noop.c")])
-        if ok and _runs_ok([str(noop)])[0]:
+        if ok and _run([str(noop)], RUN_TIMEOUT_S)[0]:
             child, child_kind = str(noop), kind
             break
         errors.append(f"{kind}: {err or 'does not run'}")
@@ -86,7 +82,7 @@ def build(workdir: Path) -> Built:
     ok, err = _compile([cc, "-O2", "-pthread", "-o", str(floor_bin), str(SOURCES / "floor.c")])
     if not ok:
         return Built(child, child_kind, None, f"cc failed on floor.c: {err or '?'}", cc, notes)
-    ok, out = _runs_ok([str(floor_bin), "1", "1", child])
+    ok, out = _run([str(floor_bin), "1", "1", child], RUN_TIMEOUT_S)
     if not ok:
         return Built(child, child_kind, None, f"floor does not run: {out}", cc, notes)
     return Built(child, child_kind, str(floor_bin), "built with " + cc, cc, notes)

@@ -1,13 +1,10 @@
 """``rdmaspawn bench``: measure, or re-render a JSON record, and write the report.
 
-Measure:    ``rdmaspawn bench [--quick] [--out DIR] [--readme PAGE.md]``
-Re-render:  ``rdmaspawn bench --from-json FILE [--readme PAGE.md] [--json FILE] [--out DIR]``
-
 A run prints its table on stdout (progress goes to stderr) and writes
-``spawn_latency.json`` and ``spawn_latency.png`` into its output folder (see
-:mod:`.outdir`); ``--readme`` rewrites the block between a Markdown page's bench
-markers from the same report (the repository's page is ``docs/benchmark.md``).  The exit status is 1 only when a spawner failed
-or nothing could be measured: targets are figures, never assertions.
+``spawn_latency.json`` and ``spawn_latency.png`` into its output folder;
+``--readme`` rewrites the block between a page's bench markers from the same
+report (``docs/benchmark.md``).  The exit status is 1 only when a spawner
+failed or nothing was measured: targets are figures, never assertions.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Callable
 
 from .analysis import analyse
 from .build import build
@@ -29,7 +27,7 @@ from .outdir import OutDirError, make_out_dir
 from .plot import plot
 from .readme import MarkerError, render_block, splice
 from .spawners import make_spawners
-from .sweep import Plan, safety_margin, sweep, warm_up
+from .sweep import safety_margin, sweep, warm_up
 from .table import render_table
 
 JSON_NAME = "spawn_latency.json"
@@ -37,10 +35,7 @@ PNG_NAME = "spawn_latency.png"
 
 DEFAULT_MEM_GIB = (0.0, 1.0, 4.0, 16.0)
 DEFAULT_THREADS = (1, 2, 4)
-# 2000: with 500, a 4-thread throughput batch was 16 spawns per thread (8
-# rounds), and one run's rdmaspawn/subprocess ratio landed anywhere in
-# 0.87-1.02 on a 2-vCPU VM; 2000 makes batches four times longer for ~30 s
-# more in a full run (the capped fork() spawner is most of its minutes).
+# Enough that a 4-thread throughput batch is long enough to compare.
 DEFAULT_ITERATIONS = 2000
 DEFAULT_TIME_CAP_S = 20.0  # seconds of spawning per spawner per configuration
 QUICK_MEM_GIB = (0.0, 1.0)
@@ -60,24 +55,18 @@ NOTES = [
 ]
 
 
-def _number_list(text: str, kind: type[float], least: float, what: str) -> list[float]:
-    """A sorted comma-separated list of `kind` numbers, each >= least."""
-    try:
-        vals = sorted({kind(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of {what}: {text!r}") from None
-    if not vals or any(v < least for v in vals):
-        raise argparse.ArgumentTypeError(f"each must be >= {least:g}")
-    return vals
-
-
-def _floats(text: str) -> list[float]:
-    return _number_list(text, float, 0, "numbers")
-
-
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in _number_list(text, int, 1, "integers")]
+def _number_list(kind: type[float], least: float, what: str) -> Callable[[str], list[Any]]:
+    """A parser of sorted comma-separated lists of `kind` numbers, each >= least."""
+    def parse(text: str) -> list[Any]:
+        try:
+            vals = sorted({kind(x) for x in text.split(",") if x.strip()})
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a comma-separated list of {what}: {text!r}") from None
+        if not vals or any(v < least for v in vals):
+            raise argparse.ArgumentTypeError(f"each must be >= {least:g}")
+        return vals
+    return parse
 
 
 def _positive(text: str) -> int:
@@ -110,11 +99,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="measure nothing: re-render the table (and --readme, --json, and the plot "
                    "into --out if given) from a JSON record")
     p.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
-    p.add_argument("--mem-gib", type=_floats, default=None,
+    p.add_argument("--mem-gib", type=_number_list(float, 0, "numbers"), default=None,
                    help=f"resident memory sizes in GiB, comma-separated (default {_csv(DEFAULT_MEM_GIB)}; "
                    f"--quick {_csv(QUICK_MEM_GIB)}); sizes that do not fit in MemAvailable minus "
                    "a margin are skipped")
-    p.add_argument("--threads", type=_ints, default=None,
+    p.add_argument("--threads", type=_number_list(int, 1, "integers"), default=None,
                    help=f"threads spawning at once, comma-separated (default {_csv(DEFAULT_THREADS)}; "
                    f"--quick {_csv(QUICK_THREADS)})")
     p.add_argument("--iterations", type=_positive, default=None,
@@ -129,14 +118,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "floor's threads too); on VMs where waking an idle vCPU costs a scheduler tick "
                    "this takes that noise out of the figures")
     a = p.parse_args(argv)
-    if a.mem_gib is None:
-        a.mem_gib = list(QUICK_MEM_GIB if a.quick else DEFAULT_MEM_GIB)
-    if a.threads is None:
-        a.threads = list(QUICK_THREADS if a.quick else DEFAULT_THREADS)
-    if a.iterations is None:
-        a.iterations = QUICK_ITERATIONS if a.quick else DEFAULT_ITERATIONS
-    if a.time_cap is None:
-        a.time_cap = QUICK_TIME_CAP_S if a.quick else DEFAULT_TIME_CAP_S
+    for key, default, quick in (("mem_gib", list(DEFAULT_MEM_GIB), list(QUICK_MEM_GIB)),
+                                ("threads", list(DEFAULT_THREADS), list(QUICK_THREADS)),
+                                ("iterations", DEFAULT_ITERATIONS, QUICK_ITERATIONS),
+                                ("time_cap", DEFAULT_TIME_CAP_S, QUICK_TIME_CAP_S)):
+        if getattr(a, key) is None:
+            setattr(a, key, quick if a.quick else default)
     if a.readme is not None:
         try:
             splice(a.readme.read_text(), "")  # fail now, not after a long run
@@ -151,13 +138,6 @@ def _ref(path: Path, readme: Path) -> str:
     """How the page names a file: relative to the page's folder where it is inside it."""
     rel = os.path.relpath(path.resolve(), readme.resolve().parent)
     return str(path) if rel.startswith("..") else rel
-
-
-def write_readme(report: Report, readme: Path, json_path: Path, png: Path | None) -> None:
-    png_ref = _ref(png, readme) if png is not None and png.exists() else None
-    block = render_block(report, _ref(json_path, readme), png_ref)
-    readme.write_text(splice(readme.read_text(), block))
-    log(f"bench block: {readme}")
 
 
 def measure(args: argparse.Namespace, started: float) -> Report:
@@ -179,8 +159,8 @@ def measure(args: argparse.Namespace, started: float) -> Report:
                 log(f"{s.id}: unavailable - {s.reason}")
         log("warming up ...")
         warm_up(spawners, built)
-        swept = sweep(spawners, built, Plan(args.mem_gib, args.threads, args.iterations,
-                                            args.time_cap, args.pin))
+        swept = sweep(spawners, built, args.mem_gib, args.threads, args.iterations,
+                      args.time_cap, args.pin)
     settings = Settings(
         mem_gib_requested=args.mem_gib, mem_gib_measured=swept.measured,
         mem_gib_skipped=swept.skipped, threads=args.threads, iterations=args.iterations,
@@ -227,7 +207,10 @@ def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path
     if args.readme is not None:
         if png is None and record is not None:
             png = record.with_name(PNG_NAME)  # the plot of the record's own run
-        write_readme(report, args.readme, json_path, png)
+        png_ref = _ref(png, args.readme) if png is not None and png.exists() else None
+        block = render_block(report, _ref(json_path, args.readme), png_ref)
+        args.readme.write_text(splice(args.readme.read_text(), block))
+        log(f"bench block: {args.readme}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

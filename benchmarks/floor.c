@@ -3,20 +3,13 @@
  *
  *     floor ITERATIONS THREADS PATH [pin]
  *
- * Each of THREADS threads runs ITERATIONS rounds of posix_spawn(PATH) +
- * waitpid and times each round with CLOCK_MONOTONIC.  The threads start
- * together (a barrier) so that THREADS > 1 measures spawns at once.  With
- * "pin", thread t runs (with its children) on the t-th CPU this process may
- * use, as spawn_latency.py --pin does with its own threads.
- *
- * Output on stdout, one figure a line, read by spawn_latency.py:
- *     lat NANOSECONDS      one line per spawn
- *     wall_ns N            the first thread's start to the last thread's end
- *     cpu_ns N             this process's user+system CPU over the same span
- * Exit status 0 on success; on a failure a line "error STEP ERRNO" and 1.
- *
- * This process is small: the parent's resident memory in the Python
- * benchmark is not here, so these figures stay the floor at every size.
+ * Each of THREADS threads, started together, times ITERATIONS rounds of
+ * posix_spawn(PATH) + waitpid; with "pin", thread t runs (with its children)
+ * on the t-th CPU this process may use, as `rdmaspawn bench --pin` does.
+ * On stdout, read by measure.py: "lat NS" per spawn, then "wall_ns N" (the
+ * first thread's start to the last one's end) and "cpu_ns N" (this process's
+ * CPU over it); on a failure also "error STEP ERRNO", and exit status 1.
+ * This process is small: the Python benchmark's resident memory is not here.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,20 +1,12 @@
 """What ``rdmaspawn.guard()`` adds to each ``os.fork()``, side by side with a plain fork.
 
-For each shape of process (a number of separate mappings, and memory in them
-that the kernel must walk), times ``os.fork()`` + ``waitpid()`` of a child
-that exits at once, three ways in turn, round after round, so that the
-machine's load hits all three alike:
-
-- plain: no guard;
-- guarded: ``guard("warn")`` on, no DONTFORK memory (so it forks every time):
-  what the guard costs a program in production;
-- smaps first: no guard, but ``/proc/self/smaps`` searched before each fork,
-  which is what the guard did before it held the child (and still does for
-  ``fork_exec``).
-
-Prints the medians and the ratios to plain; nothing here passes or fails.
-``--doc PAGE`` also writes the table between the page's guardcost markers
-(docs/doctor-and-guard.md holds them).
+For each shape of process (separate mappings, and memory in them that the
+kernel must walk), times ``os.fork()`` + ``waitpid()`` of a child that exits
+at once, three ways in turn: plain (no guard); guarded (``guard("warn")`` on,
+no DONTFORK memory: what the guard costs a program in production); smaps
+first (``/proc/self/smaps`` searched before each fork, as the guard does for
+``fork_exec``). ``--doc PAGE`` also writes the table between the page's
+guardcost markers (docs/doctor-and-guard.md holds them).
 
     python -m rdmaspawn.bench.guardcost [--shapes 300:0,3000:0,30000:0,300:1024]
                                         [--rounds 21] [--doc PAGE]
@@ -79,7 +71,7 @@ def _timed(fn: Callable[[], None]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def measure(rounds: int) -> tuple[float, float, float]:
+def measure(rounds: int) -> list[float]:
     """Median ms of a plain fork, a guarded one and one after a search of smaps."""
     times: dict[str, list[float]] = {"plain": [], "guarded": [], "first": []}
     kinds = list(times)
@@ -87,14 +79,12 @@ def measure(rounds: int) -> tuple[float, float, float]:
         for kind in kinds[r % 3:] + kinds[:r % 3]:  # each kind in each place in turn
             if kind == "guarded":
                 guard("warn")
-                try:
-                    times[kind].append(_timed(_fork_once))
-                finally:
+            try:
+                times[kind].append(_timed(_smaps_first if kind == "first" else _fork_once))
+            finally:
+                if kind == "guarded":
                     unguard()
-            else:
-                times[kind].append(_timed(_fork_once if kind == "plain" else _smaps_first))
-    plain, guarded, first = (statistics.median(times[k]) for k in kinds)
-    return plain, guarded, first
+    return [statistics.median(t) for t in times.values()]
 
 
 def table(shapes: list[tuple[int, int]], rounds: int) -> list[str]:

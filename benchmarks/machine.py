@@ -24,7 +24,7 @@ GIT_TIMEOUT_S = 10
 
 
 def _read_system_file(path: str) -> bytes:
-    """The bytes of a system-wide /proc file; empty where it cannot be read."""
+    """The bytes of a system-wide /proc or /sys file; empty where it cannot be read."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -56,14 +56,6 @@ def cpu_model() -> str | None:
         if key.strip() in _CPU_MODEL_KEYS and val.strip():
             return val.strip()
     return None
-
-
-def _read_setting(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def _glibc() -> str | None:
@@ -129,8 +121,8 @@ def describe_machine() -> Machine:
         python=f"{platform.python_implementation()} {platform.python_version()}",
         python_executable=sys.executable,
         rdmaspawn_version=_rdmaspawn_version(),
-        transparent_hugepage=_read_setting(THP_SETTING),
-        overcommit_memory=_read_setting(OVERCOMMIT_SETTING),
+        transparent_hugepage=_read_system_file(THP_SETTING).decode().strip() or None,
+        overcommit_memory=_read_system_file(OVERCOMMIT_SETTING).decode().strip() or None,
         page_size=mmap.PAGESIZE,
         timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         rdmaspawn_commit=_rdmaspawn_commit(),

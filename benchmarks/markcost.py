@@ -10,11 +10,10 @@ both paid by every fork:
   device is needed;
 - a mark splits its mapping in up to three, and fork() copies each mapping.
 
-Worker processes of each shape take turns, round after round, each timing
-one ``os.fork()`` + ``waitpid()`` of a child that exits at once; the table
-gives each shape's median, its excess over the plain worker, and that excess
-per page copied or per mark. Nothing here passes or fails. ``--doc PAGE``
-writes the table between the page's markcost markers
+Worker processes of each shape take turns, each timing one ``os.fork()`` +
+``waitpid()`` of a child that exits at once; the table gives each shape's
+median, its excess over the plain worker, and that excess per page copied or
+per mark. ``--doc PAGE`` writes the table between the page's markcost markers
 (docs/how-it-works.md holds them).
 
     python -m rdmaspawn.bench.markcost [--rounds 21] [--doc PAGE]
@@ -23,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 from .doctable import check_page, publish, ran_on
+from .workers import Worker, take_turns
 
 # One worker: builds its shape, then answers each line on stdin with the
 # milliseconds of one fork + wait. Its first line: "ok" or why it cannot.
@@ -85,55 +84,31 @@ SHAPES = [
 ]
 
 
-class _Worker:
-    """One shape's worker process: ``first`` is "ok" or why it could not build it."""
-
-    def __init__(self, kind: str, n: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, kind, str(n)], text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
-        self.first = self.stdout.readline().strip()
-
-    def fork_ms(self) -> float:
-        self.stdin.write("\n")
-        self.stdin.flush()
-        return float(self.stdout.readline())
-
-    def close(self) -> int:
-        self.stdin.close()
-        return self.proc.wait()
-
-
-def measure(rounds: int) -> list[tuple[str, str, int, str, float | None, str]]:
-    """Each shape's median fork in ms (None and why, where it cannot be built)."""
-    workers, why = {}, {}
+def measure(rounds: int) -> dict[str, float | str]:
+    """Each shape's median fork in ms, or why its worker could not build it."""
+    workers: dict[str, Worker] = {}
+    found: dict[str, float | str] = {}
     for label, kind, n, _ in SHAPES:
-        w = _Worker(kind, n)
+        w = Worker(WORKER, kind, str(n))
         if w.first == "ok":
             workers[label] = w
         else:
             code = w.close()
-            why[label] = w.first or f"the worker exited {code}"
-    times: dict[str, list[float]] = {label: [] for label in workers}
-    for _ in range(rounds):
-        for label, w in workers.items():
-            times[label].append(w.fork_ms())
-    for w in workers.values():
-        w.close()
-    return [(label, kind, n, unit,
-             statistics.median(times[label]) if label in times else None, why.get(label, ""))
-            for label, kind, n, unit in SHAPES]
+            found[label] = w.first or f"the worker exited {code}"
+    for label, times in take_turns(workers, rounds).items():
+        found[label] = statistics.median(times)
+    return found
 
 
-def table(rows: list[tuple[str, str, int, str, float | None, str]], rounds: int) -> list[str]:
-    plain = rows[0][4]
+def table(found: dict[str, float | str], rounds: int) -> list[str]:
+    plain = found["plain"]
     lines = [ran_on("markcost", rounds) + ", turn about:", "",
              "| shape | fork | over plain | per page copied or per mark |",
              "|---|---:|---:|---:|"]
-    for label, _, n, unit, ms, why in rows:
-        if ms is None or plain is None:
-            lines.append(f"| {label} | - | - | {why} |")
+    for label, _, n, unit in SHAPES:
+        ms = found[label]
+        if isinstance(ms, str) or isinstance(plain, str):
+            lines.append(f"| {label} | - | - | {ms if isinstance(ms, str) else ''} |")
             continue
         each = f"{(ms - plain) * 1e3 / n:.2f} us per {unit}" if unit else ""
         lines.append(f"| {label} | {ms:.2f} ms | {ms - plain:+.2f} ms | {each} |")

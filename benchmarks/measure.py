@@ -1,10 +1,9 @@
 """Measure one configuration: the spawners interleaved, round by round.
 
-Each configuration runs in rounds, and every round gives each spawner a short
-batch, so drift (frequency scaling, a noisy neighbour) falls on all of them
-alike and their ratios are side by side.  A spawner that is slow in a
-configuration (fork with gigabytes resident) stops after a wall-time cap with
-fewer samples instead of holding the whole run up.
+Every round gives each spawner a short batch, so drift (frequency scaling, a
+noisy neighbour) falls on all alike and their ratios are side by side.  A
+spawner that is slow (fork with gigabytes resident) stops at a wall-time cap
+with fewer samples instead of holding the whole run up.
 """
 
 from __future__ import annotations
@@ -90,64 +89,42 @@ def run_batch_floor(floor: str, child: str, per_thread: int, threads: int, pin: 
     args = [floor, str(per_thread), str(threads), child] + (["pin"] if pin else [])
     r = subprocess.run(args, capture_output=True, text=True, timeout=FLOOR_BATCH_TIMEOUT_S,
                        check=False)
-    lat: list[int] = []
-    wall = cpu = 0
-    error = ""
-    for line in r.stdout.splitlines():
-        key, _, val = line.partition(" ")
-        if key == "lat":
-            lat.append(int(val))
-        elif key == "wall_ns":
-            wall = int(val)
-        elif key == "cpu_ns":
-            cpu = int(val)
-        elif key == "error":
-            error = val
+    pairs = [line.partition(" ")[::2] for line in r.stdout.splitlines()]
+    last = {key: val for key, val in pairs if key != "lat"}
+    error = last.get("error", "")
     if r.returncode != 0 or error:
         raise RuntimeError(f"floor failed (status {r.returncode}): {error or r.stderr.strip()}")
-    return Batch(lat, wall, cpu)
+    return Batch([int(val) for key, val in pairs if key == "lat"], int(last.get("wall_ns", 0)),
+                 int(last.get("cpu_ns", 0)))
 
 
 @dataclass
 class Tally:
     """What one spawner gathered in one configuration so far."""
 
-    lat_ns: list[int] = field(default_factory=list)
-    rates: list[float] = field(default_factory=list)  # spawns/s of each batch
-    batch_medians_us: list[float] = field(default_factory=list)  # median latency of each batch
-    batch_cpu_us: list[float] = field(default_factory=list)  # CPU per spawn of each batch
-    wall_ns: int = 0
-    cpu_ns: int = 0
+    batches: list[Batch] = field(default_factory=list)
     spent_s: float = 0.0
-    batches: int = 0
     est_s: float | None = None  # seconds per spawn, per thread, from what ran so far
     capped: bool = False
     error: str = ""
     done: bool = False
 
-    def add(self, b: Batch, per_thread: int, spent_s: float) -> None:
-        self.spent_s += spent_s
-        self.lat_ns.extend(b.lat_ns)
-        self.wall_ns += b.wall_ns
-        self.cpu_ns += b.cpu_ns
-        self.batches += 1
-        if b.lat_ns and b.wall_ns > 0:
-            self.rates.append(len(b.lat_ns) / (b.wall_ns / 1e9))
-            median_ns = quantile(sorted(b.lat_ns), 0.5)
-            if median_ns is not None:
-                self.batch_medians_us.append(median_ns / 1000)
-            self.batch_cpu_us.append(b.cpu_ns / 1000 / len(b.lat_ns))
-            # Per-thread seconds per spawn, from the batch's wall time.
-            self.est_s = max(b.wall_ns / 1e9 / per_thread, 1e-6)
+    @property
+    def samples(self) -> int:
+        return sum(len(b.lat_ns) for b in self.batches)
 
 
 def summarize(t: Tally, in_process: bool) -> Figures:
-    xs = sorted(x / 1000 for x in t.lat_ns)
+    xs = sorted(x / 1000 for b in t.batches for x in b.lat_ns)
     n = len(xs)
+    wall_ns = sum(b.wall_ns for b in t.batches)
+    # Batches that timed nothing say nothing about rates.
+    timed = [b for b in t.batches if b.lat_ns and b.wall_ns > 0]
+    rates = [len(b.lat_ns) / (b.wall_ns / 1e9) for b in timed]
     return Figures(
         status=ERROR if t.error else OK,
         samples=n,
-        batches=t.batches,
+        batches=len(t.batches),
         capped=t.capped,
         median_us=quantile(xs, 0.5),
         p10_us=quantile(xs, 0.10),
@@ -157,12 +134,13 @@ def summarize(t: Tally, in_process: bool) -> Figures:
         min_us=xs[0] if xs else None,
         max_us=xs[-1] if xs else None,
         mean_us=sum(xs) / n if n else None,
-        throughput_per_s=quantile(sorted(t.rates), 0.5),
-        batch_median_us=[round(x, 3) for x in t.batch_medians_us],
-        batch_throughput_per_s=[round(x, 1) for x in t.rates],
-        batch_cpu_per_spawn_us=[round(x, 3) for x in t.batch_cpu_us],
-        throughput_overall_per_s=n / (t.wall_ns / 1e9) if t.wall_ns else None,
-        cpu_per_spawn_us=(t.cpu_ns / 1000) / n if n else None,
+        throughput_per_s=quantile(sorted(rates), 0.5),
+        batch_median_us=[round((quantile(sorted(b.lat_ns), 0.5) or 0.0) / 1000, 3)
+                         for b in timed],
+        batch_throughput_per_s=[round(x, 1) for x in rates],
+        batch_cpu_per_spawn_us=[round(b.cpu_ns / 1000 / len(b.lat_ns), 3) for b in timed],
+        throughput_overall_per_s=n / (wall_ns / 1e9) if wall_ns else None,
+        cpu_per_spawn_us=(sum(b.cpu_ns for b in t.batches) / 1000) / n if n else None,
         cpu_measured_in="parent (RUSAGE_SELF)" if in_process
         else "floor's own process (RUSAGE_SELF)",
         error=t.error,
@@ -210,7 +188,7 @@ def measure_config(
         order = todo[k:] + todo[:k]
         rnd += 1
         if not quiet:
-            have = sum(len(tallies[s.id].lat_ns) for s in order)
+            have = sum(tallies[s.id].samples for s in order)
             log(f"  {label}: round {rnd}, {have} spawns so far, {len(order)} spawner(s) running")
         for s in order:
             t = tallies[s.id]
@@ -218,9 +196,9 @@ def measure_config(
             per_thread = min(
                 max_per_thread_round,
                 max(1, int(ROUND_SECONDS / est)),
-                max(1, math.ceil((target - len(t.lat_ns)) / threads)),
+                max(1, math.ceil((target - t.samples) / threads)),
             )
-            if t.spent_s + per_thread * est > time_cap and len(t.lat_ns) >= MIN_SAMPLES:
+            if t.spent_s + per_thread * est > time_cap and t.samples >= MIN_SAMPLES:
                 # The next batch would overrun the cap: stop with what we have.
                 t.capped, t.done = True, True
                 continue
@@ -230,10 +208,13 @@ def measure_config(
             except Exception as e:  # noqa: BLE001 - a failing spawner is reported, not fatal
                 t.error, t.done = f"{type(e).__name__}: {e}", True
                 continue
-            t.add(b, per_thread, time.perf_counter() - t0)
-            if len(t.lat_ns) >= target:
+            t.spent_s += time.perf_counter() - t0
+            t.batches.append(b)
+            if b.lat_ns and b.wall_ns > 0:  # per-thread seconds per spawn
+                t.est_s = max(b.wall_ns / 1e9 / per_thread, 1e-6)
+            if t.samples >= target:
                 t.done = True
-            elif t.spent_s >= time_cap and len(t.lat_ns) >= MIN_SAMPLES:
+            elif t.spent_s >= time_cap and t.samples >= MIN_SAMPLES:
                 t.capped, t.done = True, True
 
     results: dict[str, Figures] = {}

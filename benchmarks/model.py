@@ -1,15 +1,10 @@
 """What one benchmark run found, as dataclasses; JSON is written from them and read back.
 
 The JSON file is the record of a run: the table, the plot and the docs block
-are all rendered from a :class:`Report`, whether it was just measured or read
-back with ``--from-json``.  Figures that could not be measured are ``None``
-(``null`` in JSON), never NaN.
-
-Schema history: ``rdmaspawn-bench/1`` wrote the same keys from dicts;
-``rdmaspawn-bench/2`` adds the throughput-against-CPython targets;
-``rdmaspawn-bench/3`` the CPU-per-spawn-against-CPython target and each batch's
-CPU per spawn.  All are read; an older file's targets are recomputed from its
-figures (see cli.py).
+are all rendered from a :class:`Report`, just measured or read back with
+``--from-json``.  Figures that could not be measured are ``None`` (``null``),
+never NaN.  Every schema here is read; an older record's targets are
+recomputed from its figures (cli.py).
 """
 
 from __future__ import annotations
@@ -21,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-# /4: the same figures as /3; "flat" is now each size's median over the floor's
-# beside it (benchmarks/analysis.py), so a /3 record's targets are recomputed.
+# /2 added the throughput targets, /3 the CPU ones and each batch's CPU per
+# spawn, /4 "flat" over the floor beside it (analysis.py).
 SCHEMA = "rdmaspawn-bench/4"
 READABLE_SCHEMAS = ("rdmaspawn-bench/1", "rdmaspawn-bench/2", "rdmaspawn-bench/3", SCHEMA)
 
@@ -180,13 +175,6 @@ class Report:
                 return f if f is not None and f.measured else None
         return None
 
-    def spawner_ids(self) -> list[str]:
-        return [s.id for s in self.spawners]
-
-
-# ---------------------------------------------------------------------------
-# JSON
-
 
 def _finite(x: Any) -> Any:
     """NaN and infinities are not JSON: null instead."""
@@ -199,13 +187,9 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def to_json(report: Report) -> str:
-    return json.dumps(_finite(dataclasses.asdict(report)), indent=2) + "\n"
-
-
 def write_json(report: Report, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_json(report))
+    path.write_text(json.dumps(_finite(dataclasses.asdict(report)), indent=2) + "\n")
 
 
 class ReportFormatError(ValueError):
@@ -224,8 +208,12 @@ def _build(cls: type[_T], d: dict[str, Any]) -> _T:
         raise ReportFormatError(f"{cls.__name__}: {e}") from None
 
 
-def from_json(d: dict[str, Any]) -> Report:
-    """A Report from its JSON form (either readable schema)."""
+def read_json(path: Path) -> Report:
+    """A Report from its JSON record (any readable schema)."""
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ReportFormatError(f"{path}: not JSON: {e}") from None
     if not isinstance(d, dict) or d.get("schema") not in READABLE_SCHEMAS:
         got = d.get("schema") if isinstance(d, dict) else type(d).__name__
         raise ReportFormatError(f"not a benchmark report of a readable schema: {got!r}")
@@ -252,10 +240,3 @@ def from_json(d: dict[str, Any]) -> Report:
     except (KeyError, TypeError, AttributeError) as e:
         raise ReportFormatError(f"malformed report: {type(e).__name__}: {e}") from None
 
-
-def read_json(path: Path) -> Report:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ReportFormatError(f"{path}: not JSON: {e}") from None
-    return from_json(data)

@@ -1,12 +1,10 @@
 /*
  * The benchmark's child: a process that does nothing and exits 0.
  *
- * Built by spawn_latency.py with `cc -static -O2 -nostdlib -DNOOP_NOSTDLIB`,
- * so the child costs one execve and one exit_group: no dynamic loader, no
- * libc start-up.  What is left of a spawn is then the spawner's own cost.
- * Where no raw entry point is written for the architecture the build fails
- * on purpose (#error) and the benchmark retries as a plain static program,
- * then falls back to /bin/true.
+ * Built (build.py) with `-static -nostdlib -DNOOP_NOSTDLIB`, it costs one execve
+ * and one exit_group, so what is left of a spawn is the spawner's own cost.
+ * Without a raw entry point for the architecture the build fails on purpose
+ * and the benchmark retries it as a plain static program.
  */
 
 #if defined(NOOP_NOSTDLIB)

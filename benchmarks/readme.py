@@ -9,7 +9,7 @@ comes from the report (and so from the JSON it was read from): the prose says
 
 from __future__ import annotations
 
-from .analysis import fmt_figure, noisy_floor, verdict
+from .analysis import fmt_figure, noisy_floor, throughput_cells, verdict
 from .model import Figures, Report, SpawnerInfo
 from .numbers import fmt_gib, fmt_ratio, fmt_us
 
@@ -99,17 +99,9 @@ def _throughput(report: Report) -> list[str]:
              + " |",
              "|---|" + "---|" * len(threads)]
     for s in report.spawners:
-        base = report.figures(lo, 1, s.id)
-        cells = []
-        for t in threads:
-            f = report.figures(lo, t, s.id)
-            tp = f.throughput_per_s if f is not None else None
-            if tp is None:
-                cells.append("-")
-            elif t == 1 or base is None or not base.throughput_per_s:
-                cells.append(f"{tp:.0f}")
-            else:
-                cells.append(f"{tp:.0f} ({fmt_ratio(tp / base.throughput_per_s)})")
+        cells = ["-" if c is None else f"{c[0]:.0f}"
+                 + (f" ({fmt_ratio(c[1])})" if c[1] is not None else "")
+                 for c in throughput_cells(report, lo, s.id)]
         lines.append(f"| {_name(s)} | " + " | ".join(cells) + " |")
     return lines
 

@@ -1,33 +1,21 @@
 """What the fork repair adds to each ``fork()``, side by side with a plain fork.
 
-Two worker processes of the same shape (a number of mappings, and a number of
-buffers libibverbs was asked to mark, as ``ibv_reg_mr()`` does, each in its
-own mapping) take turns, round after round, so that the machine's load hits
-both alike: each times one ``os.fork()`` + ``waitpid()`` of a child that
-exits at once.
-
-- plain: libibverbs loaded and fork protection on (``ibv_fork_init()``), the
-  buffers marked ``MADV_DONTFORK``, no repair;
-- repaired: the same, with the repair started before the buffers were
-  marked, so libibverbs' calls were rewritten and nothing is marked; each
-  fork pays the prepare handler's look for a new libibverbs.
-
-"one sweep" is the one-time cost a third worker pays when the repair starts
-after the buffers were marked: the read of ``/proc/self/smaps`` that
-un-marks them. On a host without RDMA netlink the workers start the
-mechanism without asking the kernel (``start_without_asking``): nothing is
-registered or pinned, so the cost is the same and the result is safe.
-
-Prints the medians and the ratios to plain; nothing here passes or fails.
-``--doc PAGE`` also writes the table between the page's repaircost markers
+Two worker processes of the same shape (mappings, and buffers libibverbs was
+asked to mark as ``ibv_reg_mr()`` does, each in its own mapping) take turns
+timing one ``os.fork()`` + ``waitpid()`` of a child that exits at once: plain
+(fork protection on, the buffers marked ``MADV_DONTFORK``, no repair) and
+repaired (the repair started before the buffers were marked, so nothing is
+marked; each fork pays the prepare handler's look for a new libibverbs).
+"one sweep" is what a third worker pays once where the repair starts after
+the marks: the read of ``/proc/self/smaps`` that un-marks them. The workers
+start the mechanism without asking the kernel (``start_without_asking``):
+nothing is pinned, so the cost is the same and the result is safe.
+``--doc PAGE`` writes the table between the page's repaircost markers
 (docs/how-it-works.md holds them).
 
-``--real`` (on a machine with an RDMA device: tests/realdevice/bench_vm.sh
-runs it in the soft-RoCE VM) times forks with memory really registered,
-marked, repaired and unmarked, and prints the table and one JSON line;
-``--vmas`` counts the mappings through register/deregister cycles. Both are
-``repairreal.py``'s; their ``--doc`` blocks are ``repaircost-real`` and
-``repaircost-vmas``.
+``--real`` and ``--vmas`` need an RDMA device (tests/realdevice/bench_vm.sh
+runs them in the soft-RoCE VM): ``repairreal.py``'s, whose ``--doc`` blocks
+are ``repaircost-real`` and ``repaircost-vmas``.
 
     python -m rdmaspawn.bench.repaircost [--shapes 360:0,360:1,360:100,30000:0,...]
                                          [--rounds 21] [--doc PAGE]
@@ -42,13 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 from pathlib import Path
-
-from rdmaspawn._host.interpreter import python_command
 
 from . import repairreal
 from .doctable import check_page, parse_shapes, publish, ran_on
+from .workers import Worker, take_turns
 
 DEFAULT_SHAPES = "360:0,360:1,360:100,30000:0,30000:1,30000:100"
 
@@ -96,43 +82,16 @@ for line in sys.stdin:
 """
 
 
-class Worker:
-    def __init__(self, kind: str, mappings: int, registrations: int) -> None:
-        self.proc = subprocess.Popen(
-            python_command(WORKER, kind, str(mappings), str(registrations)),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        self.mappings = int(json.loads(self.proc.stdout.readline())["mappings"])
-
-    def once(self) -> float:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        return float(self.proc.stdout.readline())
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def measure(mappings: int, registrations: int, rounds: int) -> tuple[int, float, float, float]:
     """Mappings, median ms of a plain and a repaired fork, and one sweep's ms."""
-    workers = {k: Worker(k, mappings, registrations) for k in ("plain", "repaired")}
-    times: dict[str, list[float]] = {k: [] for k in workers}
-    try:
-        for r in range(rounds):
-            order = list(workers) if r % 2 == 0 else list(workers)[::-1]
-            for kind in order:
-                times[kind].append(workers[kind].once())
-    finally:
-        for w in workers.values():
-            w.close()
-    sweeper = Worker("sweep", mappings, registrations)
+    shape = (str(mappings), str(registrations))
+    workers = {k: Worker(WORKER, k, *shape) for k in ("plain", "repaired")}
+    seen = int(json.loads(workers["plain"].first)["mappings"])
+    times = take_turns(workers, rounds)
+    sweeper = Worker(WORKER, "sweep", *shape)
     sweep = sweeper.once()
     sweeper.close()
-    return (workers["plain"].mappings, statistics.median(times["plain"]),
-            statistics.median(times["repaired"]), sweep)
+    return seen, statistics.median(times["plain"]), statistics.median(times["repaired"]), sweep
 
 
 def table(shapes: list[tuple[int, int]], rounds: int) -> list[str]:
@@ -174,28 +133,24 @@ def main() -> None:
         result = repairreal.run_vmas(args.cycles, args.large_mib, args.large_every, args.window)
         publish("repaircost-vmas", repairreal.render_vmas(result), args.doc,
                 "repaircost --vmas --doc")
-        print(json.dumps(result))
-        return
-    if args.real:
+    elif args.real:
         rounds = args.rounds or 11
         check_page("repaircost-real", args.doc)
-        variants = tuple(args.variants.split(","))
-        lines, summary = repairreal.run_forks([int(s) for s in args.sizes.split(",")], rounds,
-                                              variants, args.placement)
-        extra = "" if args.sizes == "0,64,512,1024" else f" --sizes {args.sizes}"
-        if variants != repairreal.DEFAULT_VARIANTS:
-            extra += f" --variants {args.variants}"
-        if args.placement != "mmap":
-            extra += f" --placement {args.placement}"
+        lines, result = repairreal.run_forks([int(s) for s in args.sizes.split(",")], rounds,
+                                             tuple(args.variants.split(",")), args.placement)
+        extra = "".join(f" --{k} {getattr(args, k)}" for k in ("sizes", "variants", "placement")
+                        if getattr(args, k) != parser.get_default(k))
         publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc,
                 "repaircost --real --doc")
-        print(json.dumps(summary))
+    else:
+        rounds = args.rounds or 21
+        check_page("repaircost", args.doc)
+        head = (f"{ran_on('repaircost', rounds)}, each round one fork of each kind, "
+                "in two processes of the same shape:")
+        publish("repaircost", [head, "", *table(parse_shapes(args.shapes), rounds)], args.doc)
         return
-    rounds = args.rounds or 21
-    check_page("repaircost", args.doc)
-    shapes = parse_shapes(args.shapes)
-    head = f"{ran_on('repaircost', rounds)}, each round one fork of each kind, in two processes of the same shape:"
-    publish("repaircost", [head, "", *table(shapes, rounds)], args.doc)
+    print(json.dumps(result))
+
 
 if __name__ == "__main__":
     main()

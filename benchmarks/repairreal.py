@@ -1,35 +1,29 @@
 """``repaircost --real`` and ``--vmas``: the fork repair against real registrations.
 
-``repaircost``'s host mode marks buffers with ``ibv_dontfork_range()`` and
-pins nothing. What a kernel that copies DMA-pinned pages at fork does with a
-registration it may no longer leave out of the child (issue 47) shows only
-with memory really registered: ``ibv_reg_mr()`` on an RDMA device (rxe0 in
-the soft-RoCE VM, tests/realdevice/bench_vm.sh), through ctypes as
+What a kernel that copies DMA-pinned pages at fork does with a registration
+it may no longer leave out of the child (issue 47) shows only with memory
+really registered: ``ibv_reg_mr()`` on an RDMA device (rxe0 in the soft-RoCE
+VM, tests/realdevice/bench_vm.sh), through ctypes as
 tests/realdevice/verbs.py registers, with ``RDMAV_FORK_SAFE=1`` so that
-libibverbs marks. Per registered size, a worker per variant; they take turns round by
-round (the machine's load hits all alike), each timing ``os.fork()`` + the
-child's answer + ``waitpid()``; the child reads its own ``VmRSS`` first:
+libibverbs marks. Per registered size, a worker per variant takes turns
+timing ``os.fork()`` + the child's answer (its own ``VmRSS``) + ``waitpid()``:
 
 - marked: the registration (a mapping of its own), marked by libibverbs;
 - repaired: ``rdmaspawn.repair_fork()`` in force before registering (a
   kernel where it refuses gets no such column, and the reason is printed);
-- unmarked: marked, then ``madvise(MADV_DOFORK)`` over the registration, as
-  the sweep of the repair issue 47 replaces did: the copy's cost;
-- swept (``--variants``, not by default): registered, then ``repair_fork()``:
-  the marks made before it, which its sweep of smaps finds;
+- unmarked: marked, then ``madvise(MADV_DOFORK)`` over it: the copy's cost;
+- swept (``--variants``): registered, then ``repair_fork()``, whose sweep of
+  smaps finds the marks made before it;
 - loaded (``--variants``): marked, with rdmaspawn's C core loaded and no
-  repair: what a process that imports it pays per fork (its mappings, its
-  memory), apart from what the repair adds.
+  repair: what importing it costs a fork, apart from what the repair adds.
 
-``--placement malloc``: each registration a malloc()ed block instead of a
-mapping of its own (glibc maps a large one, its header on the first page,
-which a child's malloc may touch: the edge a repair must leave unmarked);
-``lone``: a mapping of its own between two ``PROT_NONE`` pages, so that no
-other memory borders it (the sweep of csrc/unmark.c takes a mark off a
-mapping that borders anonymous memory).
+``--placement malloc``: each registration a malloc()ed block (glibc maps a
+large one, its header on the first page, which a child's malloc may touch:
+the edge a repair must leave unmarked); ``lone``: a mapping between two
+``PROT_NONE`` pages, bordering no other memory (the sweep of csrc/unmark.c
+takes a mark off a mapping that borders anonymous memory).
 
-``--vmas``: the process's mappings (lines of /proc/self/maps) through cycles
-of register/deregister, small malloc()ed buffers and large ones, without and
+``--vmas``: the mappings through register/deregister cycles, without and
 with the repair: marks the repair splits off must not pile up mappings.
 """
 from __future__ import annotations
@@ -39,10 +33,13 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 from typing import Any
 
 from rdmaspawn._host.interpreter import python_command
+
+from .doctable import ran_on
+from .numbers import log
+from .workers import Worker, take_turns
 
 VARIANTS = ("marked", "repaired", "unmarked", "swept", "loaded")
 DEFAULT_VARIANTS = VARIANTS[:3]
@@ -209,67 +206,35 @@ def _environment() -> dict[str, str]:
     return {**os.environ, "RDMAV_FORK_SAFE": "1"}
 
 
-class ForkWorker:
-    def __init__(self, variant: str, size: int, placement: str) -> None:
-        self.proc = subprocess.Popen(python_command(FORKS, variant, str(size), placement),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=_environment())
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:  # its own message is on stderr already
-            raise SystemExit(f"repaircost --real: the {variant} worker ({size} bytes) "
-                             f"exited {self.proc.wait()}")
-        self.state: dict[str, Any] = json.loads(line)
-
-    def once(self) -> dict[str, float]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        return dict(json.loads(self.proc.stdout.readline()))
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def measure(size: int, rounds: int, variants: tuple[str, ...], placement: str) -> dict[str, Any]:
     """One size: each variant's state, fork milliseconds and child VmRSS (KiB) per round."""
     row: dict[str, Any] = {"size_mib": size / MIB, "variants": {}, "refused": None}
-    workers: dict[str, ForkWorker] = {}
-    try:
-        # One at a time: three registrations of a GiB being pinned at once
-        # would only measure the machine's memory.
-        for variant in variants:
-            w = ForkWorker(variant, size, placement)
-            if variant in REPAIRING and not w.state["active"]:
-                row["refused"] = w.state["reason"]
-                w.close()
-                continue
-            workers[variant] = w
-        # A line per size on stderr: the VM's watchdog (tests/vm_watchdog.sh)
-        # takes a silent console for a hang, and a GiB's rounds are minutes of TCG.
-        _progress(f"{size // MIB} MiB registered in {', '.join(workers)}; {rounds} rounds")
-        times: dict[str, list[dict[str, float]]] = {v: [] for v in workers}
-        for r in range(rounds):
-            order = list(workers) if r % 2 == 0 else list(workers)[::-1]
-            for variant in order:
-                times[variant].append(workers[variant].once())
-    finally:
-        for w in workers.values():
+    workers: dict[str, Worker] = {}
+    # One at a time: three registrations of a GiB being pinned at once
+    # would only measure the machine's memory.
+    for variant in variants:
+        w = Worker(FORKS, variant, str(size), placement, env=_environment())
+        if not w.first:  # its own message is on stderr already
+            raise SystemExit(f"repaircost --real: the {variant} worker ({size} bytes) "
+                             f"exited {w.close()}")
+        state = json.loads(w.first)
+        if variant in REPAIRING and not state["active"]:
+            row["refused"] = state["reason"]
             w.close()
-    for variant, w in workers.items():
-        forks = [t["ms"] for t in times[variant]]
-        rss = [t["rss_kib"] / 1024 for t in times[variant]]
+            continue
+        workers[variant] = w
+        row["variants"][variant] = {"dc_mib": state["dc"] / MIB, "device": state["device"],
+                                    "borders": state["borders"]}
+    # A line per size on stderr: the VM's watchdog (tests/vm_watchdog.sh)
+    # takes a silent console for a hang, and a GiB's rounds are minutes of TCG.
+    log(f"repaircost: {size // MIB} MiB registered in {', '.join(workers)}; {rounds} rounds")
+    for variant, times in take_turns(workers, rounds).items():
+        forks = [t["ms"] for t in times]
         row["variants"][variant] = {
-            "fork_ms": statistics.median(forks), "child_rss_mib": statistics.median(rss),
-            "dc_mib": w.state["dc"] / MIB, "device": w.state["device"],
-            "borders": w.state["borders"], "forks_ms": forks}
+            "fork_ms": statistics.median(forks),
+            "child_rss_mib": statistics.median(t["rss_kib"] / 1024 for t in times),
+            **row["variants"][variant], "forks_ms": forks}
     return row
-
-
-def _progress(line: str) -> None:
-    print(f"repaircost: {line}", file=sys.stderr, flush=True)
 
 
 def _cell(row: dict[str, Any], variant: str, key: str, fmt: str) -> str:
@@ -301,10 +266,8 @@ def render(rows: list[dict[str, Any]], variants: tuple[str, ...]) -> list[str]:
 
 
 def heading(rounds: int, extra: str) -> str:
-    return (f"`python -m rdmaspawn.bench.repaircost --real --rounds {rounds}{extra}`, "
-            f"{os.cpu_count()} CPUs ({platform.machine()}), Linux {platform.release()}, "
-            f"CPython {platform.python_version()}; medians of {rounds} rounds, each round one "
-            "fork of each variant in its own process, the child's VmRSS read right after fork:")
+    return (f"{ran_on('repaircost --real', rounds, extra)}, each round one fork of each "
+            "variant in its own process, the child's VmRSS read right after fork:")
 
 
 def run_forks(sizes_mib: list[int], rounds: int, variants: tuple[str, ...] = DEFAULT_VARIANTS,
@@ -326,7 +289,7 @@ def run_vmas(cycles: int, large_mib: int, large_every: int, window: int) -> dict
                               "cycles": cycles, "large_mib": large_mib,
                               "large_every": large_every, "window": window, "variants": {}}
     for variant in ("stock", "repaired"):
-        _progress(f"--vmas: {cycles} cycles, {variant}")
+        log(f"repaircost: --vmas: {cycles} cycles, {variant}")
         proc = subprocess.run(
             python_command(VMAS, variant, str(cycles), str(large_mib * MIB), str(large_every),
                            str(window)),

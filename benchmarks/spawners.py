@@ -1,18 +1,5 @@
-"""The spawners compared: each starts the benchmark's child and waits for it.
-
-======================  ====================================================
-``rdmaspawn``           ``rdmaspawn.Popen(argv).wait()``
-``engine``              ``rdmaspawn._native.engine.spawn(...)`` then ``os.waitpid``
-``subprocess``          ``subprocess.Popen(argv).wait()``: CPython's default
-                        path (vfork on Linux since 3.10)
-``subprocess-patched``  ``subprocess.Popen(argv).wait()`` on what
-                        ``rdmaspawn.patch()`` puts under it (its ``fork_exec``
-                        and ``_posix_spawn``), on a subclass, so that stock
-                        ``subprocess`` runs unpatched in the same rounds
-``subprocess-fork``     ``subprocess.Popen`` with ``preexec_fn``, which forces fork()
-``posix_spawn``         ``os.posix_spawn`` then ``os.waitpid``
-``floor``               a C loop of posix_spawn + waitpid in its own process
-======================  ====================================================
+"""The spawners compared, each one spawn of the benchmark's child and its wait, in
+the order the report lists them (their labels say what each is, in Python).
 """
 
 from __future__ import annotations

@@ -34,35 +34,17 @@ def safety_margin(total: int) -> int:
     return max(MIN_FREE_BYTES, total // MIN_FREE_FRACTION)
 
 
-class Resident:
+def resident(size: int) -> mmap.mmap | None:
     """`size` bytes of anonymous memory in this process, every page written,
     so that it is resident (not merely reserved) while the spawners run."""
-
-    def __init__(self, size: int) -> None:
-        self.map: mmap.mmap | None = None
-        if size <= 0:
-            return
-        # MAP_POPULATE (Python 3.10+) faults the pages in at once, which is
-        # faster; writing a byte to every page makes them resident either way.
-        populate = getattr(mmap, "MAP_POPULATE", 0)
-        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
-        page = mmap.PAGESIZE
-        m[::page] = b"\x01" * len(range(0, size, page))
-        self.map = m
-
-    def close(self) -> None:
-        if self.map is not None:
-            self.map.close()
-            self.map = None
-
-
-@dataclass
-class Plan:
-    mem_gib: list[float]
-    threads: list[int]
-    iterations: int
-    time_cap_s: float
-    pin: bool
+    if size <= 0:
+        return None
+    # MAP_POPULATE (Python 3.10+) faults the pages in at once, which is
+    # faster; writing a byte to every page makes them resident either way.
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    m[::mmap.PAGESIZE] = b"\x01" * len(range(0, size, mmap.PAGESIZE))
+    return m
 
 
 @dataclass
@@ -89,43 +71,45 @@ def _no_room(mem: float) -> str | None:
     return None
 
 
-def sweep(spawners: list[Spawner], built: Built, plan: Plan) -> Swept:
+def sweep(spawners: list[Spawner], built: Built, mem_gib: list[float], thread_counts: list[int],
+          iterations: int, time_cap_s: float, pin: bool) -> Swept:
     out = Swept()
     base_cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    total = len(plan.mem_gib) * len(plan.threads)
+    total = len(mem_gib) * len(thread_counts)
     i = 0
-    for mem in plan.mem_gib:
+    for mem in mem_gib:
         size = int(mem * GiB)
         reason = _no_room(mem)
-        resident = None
+        held = None
         if reason is None:
             if size:
                 log(f"touching {fmt_gib(mem)} of resident memory ...")
             t0 = time.monotonic()
             try:
-                resident = Resident(size)
+                held = resident(size)
             except (OSError, MemoryError, ValueError) as e:
                 reason = f"cannot map {fmt_gib(mem)}: {e}"
             touch_s = time.monotonic() - t0
-        if resident is None:
+        if reason is not None:
             log(f"skipping {fmt_gib(mem)}: {reason}")
-            out.skipped.append(Skipped(mem, reason or "?"))
-            i += len(plan.threads)
+            out.skipped.append(Skipped(mem, reason))
+            i += len(thread_counts)
             continue
         out.measured.append(mem)
         try:
-            for threads in plan.threads:
+            for threads in thread_counts:
                 i += 1
                 label = f"[{i}/{total}] {fmt_gib(mem)}, {threads} thread(s)"
                 log(f"{label} ...")
                 gc.collect()
-                cpus = base_cpus[:threads] if plan.pin and base_cpus else None
+                cpus = base_cpus[:threads] if pin and base_cpus else None
                 c0 = time.monotonic()
-                figures = measure_config(spawners, built, threads, plan.iterations,
-                                         plan.time_cap_s, label, cpus)
+                figures = measure_config(spawners, built, threads, iterations, time_cap_s,
+                                         label, cpus)
                 log(f"{label} done in {time.monotonic() - c0:.1f} s")
                 out.results.append(ConfigResult(mem, threads, round(touch_s, 3), size, cpus,
                                                 figures))
         finally:
-            resident.close()
+            if held is not None:
+                held.close()
     return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .analysis import fmt_figure, noisy_floor, verdict
+from .analysis import fmt_figure, noisy_floor, throughput_cells, verdict
 from .model import Figures, Report
 from .numbers import fmt_gib, fmt_ratio, fmt_us
 
@@ -52,19 +52,10 @@ def _throughput(report: Report, w: int) -> list[str]:
         lines.append(f"resident {fmt_gib(mem)}")
         lines.append(f"  {'spawner':<{w}}" + "".join(f"  {str(t) + ' thr':>12}" for t in threads))
         for s in report.spawners:
-            base = report.figures(mem, 1, s.id)
-            cells = []
-            for t in threads:
-                f = report.figures(mem, t, s.id)
-                if f is None or f.throughput_per_s is None:
-                    cells.append(f"  {'-':>12}")
-                    continue
-                tp = f.throughput_per_s
-                if t == 1 or base is None or not base.throughput_per_s:
-                    cells.append(f"  {tp:>12.0f}")
-                else:
-                    cells.append(f"  {f'{tp:.0f} x{tp / base.throughput_per_s:.2f}':>12}")
-            lines.append(f"  {s.id:<{w}}" + "".join(cells))
+            cells = ["-" if c is None else f"{c[0]:.0f}"
+                     + (f" x{c[1]:.2f}" if c[1] is not None else "")
+                     for c in throughput_cells(report, mem, s.id)]
+            lines.append(f"  {s.id:<{w}}" + "".join(f"  {c:>12}" for c in cells))
     return lines
 
 
