@@ -1,22 +1,13 @@
 """The child's declarative setup: what launchers use ``preexec_fn`` for, as data.
 
-A :class:`ChildSetup` is two things at once:
-
-- a request the engine carries out in the CLONE_VM child with raw system
-  calls (``csrc/setup.c``; :func:`rdmaspawn._child.pack.packed` makes it a
-  ``struct rs_setup``);
-- an ordinary callable doing the same with Python calls, so that the same
-  value works as ``preexec_fn`` under stock CPython (in its forked child).
-
-The order is the same on both paths: session and group, signals, cgroup,
-controlling tty, limits and priorities, no_new_privs, and the death signal
-last, because the kernel clears it on a credential change. Where the ids
-change (``user=``, ``group=``, ``extra_groups=``) matters for the cgroup,
-tty, limits and priorities: a ``preexec_fn`` (a helper of
-``rdmaspawn.preexec``, a recognised stdlib value) does them after the
-change, where CPython calls it, so that it is allowed and refused as there;
-rdmaspawn.Popen's keywords (``privileged_first``) do them before it, so that
-a limit or a priority the new user may not set still can be.
+A :class:`ChildSetup` is a request the engine carries out in the CLONE_VM
+child with raw system calls (``csrc/setup.c``, packed by ``_child.pack``),
+and a callable doing the same with Python calls, as a stock ``preexec_fn``.
+The order is the same on both paths; the death signal comes last, because
+the kernel clears it on a credential change. A ``preexec_fn`` does the
+cgroup, tty, limits and priorities after the id change (``user=``...), as
+CPython would; rdmaspawn.Popen's keywords (``privileged_first``) before it,
+so that a limit the new user may not set still can be.
 """
 from __future__ import annotations
 
@@ -36,20 +27,14 @@ _RLIM_INFINITY = 0xFFFFFFFFFFFFFFFF
 
 
 class ChildSetup(NamedTuple):
-    """What the child does between clone and exec; every field optional.
+    """What the child does between clone and exec; every field optional (a
+    NamedTuple: ``dataclasses`` would weigh on start-up under ``RDMASPAWN``).
 
-    A NamedTuple, not a dataclass: ``dataclasses`` imports ``inspect`` and
-    ``ast``, which every interpreter's start-up under ``RDMASPAWN`` would pay.
-
-    ``nice`` is an increment, as ``os.nice``; ``ioprio`` is ``(class, level)``;
-    ``rlimits`` is a tuple of ``(resource, soft, hard)``; signal sets hold
-    signal numbers; ``ctty`` is a fd (as numbered in the child once stdin,
-    stdout and stderr are in place) that becomes the controlling terminal of
-    a new session; ``pgid`` is for ``setpgid(0, pgid)``. ``setsid`` is a new
-    session unless the child leads one already (``new_session()``, which
-    ``start_new_session=True`` may have done); ``os_setsid`` is
-    ``os.setsid`` itself as ``preexec_fn``, refused where the child leads a
-    session or a group already, as it is under CPython.
+    ``nice`` is an increment; ``ctty`` a fd, as numbered in the child, that
+    becomes the controlling terminal of a new session. ``setsid`` is a new
+    session unless the child leads one already (``start_new_session=True``);
+    ``os_setsid`` is ``os.setsid`` itself as ``preexec_fn``, refused where
+    the child leads a session or a group already, as under CPython.
     """
 
     setsid: bool = False

@@ -1,14 +1,10 @@
 """``preexec_fn`` without fork: which values have a declarative equivalent.
 
-CPython runs ``preexec_fn`` in a forked child, which a process holding
-MADV_DONTFORK memory cannot afford. Many launchers pass one of a handful of
-values whose whole effect a :class:`~rdmaspawn._child.model.ChildSetup` can carry
-out in the CLONE_VM child with raw system calls; :func:`as_setup` finds
-them: ``rdmaspawn.preexec`` values and their chains, ``os.setsid``,
+:func:`as_setup` finds the values whose whole effect a
+:class:`~rdmaspawn._child.model.ChildSetup` carries out in the CLONE_VM
+child: ``rdmaspawn.preexec`` values and their chains, ``os.setsid``,
 ``os.setpgrp`` (``_PLAIN``), and the ``functools.partial`` forms in
-``_from_partial`` (docs/preexec.md lists them for users).
-
-Anything else (a lambda, a function of the caller's) still needs fork.
+``_from_partial`` (docs/preexec.md). Anything else still needs fork.
 """
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
 """Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
 
-``madvise(MADV_DONTFORK)`` sets ``VM_DONTCOPY`` on a mapping; the kernel shows
-it as the ``dc`` flag on the mapping's ``VmFlags:`` line (Linux >= 3.8,
-``show_smap_vma_flags()`` in ``fs/proc/task_mmu.c``).  A ``fork()`` child gets
-no copy of such a mapping at all: the address range is simply absent, and the
-child dies with SIGSEGV the moment it touches it.
-
-:func:`has_dontfork` is the hot path: it runs before a spawn that has to
-``fork()``, so it only searches the raw bytes for ``" dc "`` and checks that the
-hit is on a ``VmFlags:`` line (a file name can contain ``" dc "`` too), without
-building any object.  Every flag is two letters followed by a space, so the
-search cannot match a longer flag.  The kernel writing smaps costs far more
-than the search (docs/benchmark.md).
-
-Device-driver mappings (``/dev/infiniband/uverbs*`` doorbells, ``/dev/nvidia*``)
-are often ``dc`` too, set by the driver itself.  Nothing but the driver's
-library touches them, and a ``fork()`` child that only ``exec()``\\ s never does,
-so :func:`has_dontfork` leaves them out unless asked.
-
-This is the one place that reads ``/proc/PID/{smaps,maps}``: the doctor, the
-guard, the drop-in and the hazard planter all ask it.  :func:`read_proc` is
-the one way to read a ``/proc/PID`` file.
+``madvise(MADV_DONTFORK)`` shows as the ``dc`` flag on a mapping's
+``VmFlags:`` line; a ``fork()`` child gets no copy of such a mapping and
+dies with SIGSEGV when it touches it. :func:`has_dontfork` runs before a
+spawn that must fork, so it only searches the bytes for ``" dc "`` (each
+flag is two letters and a space) on a ``VmFlags:`` line, building no object.
+Driver mappings (``/dev/infiniband/uverbs*``, ``/dev/nvidia*``) are often
+``dc`` too, but only the driver's library touches them: left out unless
+asked. The one reader of ``/proc/PID/{smaps,maps}``; :func:`read_proc` the
+one way to read a ``/proc/PID`` file.
 """
 
 from __future__ import annotations
@@ -66,8 +54,8 @@ class NoSuchProcessError(ProcessLookupError, FileNotFoundError):
 
 
 class Mapping(NamedTuple):
-    """One entry of ``/proc/PID/smaps`` (a NamedTuple: importing ``dataclasses``
-    would weigh on every interpreter's start-up under ``RDMASPAWN``)."""
+    """One entry of ``/proc/PID/smaps`` (a NamedTuple: ``dataclasses`` would
+    weigh on start-up under ``RDMASPAWN``)."""
 
     start: int
     end: int
@@ -77,9 +65,7 @@ class Mapping(NamedTuple):
     #: ``"fd:01"`` (major:minor of the backing file's device).
     dev: str
     inode: int
-    #: The file, a pseudo-name (``"[heap]"``, ``"[stack]"``, ``"[anon:name]"``),
-    #: or ``""`` for anonymous memory.  ``" (deleted)"`` is kept as the kernel
-    #: shows it.
+    #: The file, a pseudo-name (``"[heap]"``), or ``""`` for anonymous memory.
     path: str
     #: Two-letter kernel flags (``"rd"``, ``"wr"``, ``"dc"``, ...).
     vmflags: frozenset[str]
@@ -113,14 +99,10 @@ class Mapping(NamedTuple):
 
 
 def is_device_path(path: str, io_or_pfnmap: bool = False) -> bool:
-    """Whether a mapping of ``path`` is driver memory, whose ``dc`` flag the driver set.
-
-    One rule, in C (``rs_driver_mapping`` in csrc/unmark.c), for the doctor,
-    the guard and the fork repair alike: ``VM_IO``/``VM_PFNMAP``, a block device, or a
-    character device that is not one of the memory devices (``/dev/zero``
-    and its kin). Memory that merely lives under ``/dev`` (``/dev/shm``,
-    hugetlbfs wherever it is mounted) is ordinary memory: the file's type
-    decides where it can be seen, not its path.
+    """Whether a mapping of ``path`` is driver memory, whose ``dc`` flag the driver set:
+    the one rule, in C (``rs_driver_mapping``, csrc/unmark.c), for the doctor,
+    the guard and the fork repair. The file's type decides, not its path
+    (``/dev/shm`` and hugetlbfs are ordinary memory).
     """
     from .._rdmaspawn_cffi import lib  # the C core always ships (see _startup.sourcetree)
 
@@ -150,12 +132,8 @@ def proc_path(pid: Pid, name: str) -> str:
 
 
 def read_proc(pid: Pid, name: str) -> bytes:
-    """The bytes of ``/proc/PID/name``, with the errors named for what they mean.
-
-    Raises :class:`NoSuchProcessError` when there is no such process and
-    :class:`PermissionError` when the caller may not read it (another user's
-    process, or one that is not dumpable, without ``CAP_SYS_PTRACE``).
-    """
+    """The bytes of ``/proc/PID/name``; :class:`NoSuchProcessError` where there
+    is no such process, :class:`PermissionError` where it may not be read."""
     path = proc_path(pid, name)
     try:
         with open(path, "rb", buffering=0) as f:
@@ -195,11 +173,8 @@ def _dc_hits(data: bytes) -> list[tuple[int, int]]:
 
 
 def _block_of(data: bytes, vmflags_start: int, vmflags_end: int) -> bytes:
-    """The whole smaps entry that ends with the VmFlags line at ``vmflags_start``.
-
-    ``VmFlags:`` is the last line of every entry, so the entry starts right
-    after the previous ``VmFlags:`` line (or at the top of the file).
-    """
+    """The smaps entry that ends with the VmFlags line at ``vmflags_start``
+    (the last line of every entry: it starts after the previous one's)."""
     prev = data.rfind(b"\n" + _VMFLAGS, 0, vmflags_start - 1)
     if prev == -1:
         start = 0
@@ -215,12 +190,8 @@ def _header_path(block: bytes) -> bytes:
 
 
 def has_dontfork(pid: Pid = "self", *, devices: bool = False) -> bool:
-    """Whether the process has any ``MADV_DONTFORK`` mapping a ``fork()`` child could trip on.
-
-    Device-file mappings are left out unless ``devices`` is true (see the
-    module docstring).  This reads ``/proc/PID/smaps`` once and searches the
-    bytes; it builds no objects for mappings without ``dc``.
-    """
+    """Whether the process has any ``MADV_DONTFORK`` mapping a ``fork()`` child
+    could trip on (device mappings only with ``devices``)."""
     data = read_smaps(pid)
     for line_start, line_end in _dc_hits(data):
         if devices:
@@ -298,11 +269,7 @@ def all_mappings(pid: Pid = "self") -> list[Mapping]:
 
 
 def dontfork_mappings(pid: Pid = "self", *, devices: bool = True) -> list[Mapping]:
-    """The process's ``MADV_DONTFORK`` mappings, in address order.
-
-    Only the entries carrying ``dc`` are parsed.  Device-file mappings are
-    included unless ``devices`` is false.
-    """
+    """The process's ``MADV_DONTFORK`` mappings, in address order (devices too unless told)."""
     return dontfork_in(read_smaps(pid), devices=devices)
 
 
@@ -317,11 +284,8 @@ def dontfork_in(data: bytes, *, devices: bool = True) -> list[Mapping]:
 
 
 def device_headers(data: bytes) -> list[bytes]:
-    """The first lines of the device-file mappings in ``maps`` or ``smaps`` text.
-
-    Both files start an entry with the same line, so a line names the same
-    mapping (its range, offset, inode and file) in either.
-    """
+    """The first lines of the device-file mappings in ``maps`` or ``smaps`` text
+    (the same line in either)."""
     lines = (data[start:end] for start, end in _lines_with(data, b" /dev/"))
     return [line for line in lines
             if _is_header(line) and is_device_path(os.fsdecode(_header_path(line)))]
@@ -360,12 +324,8 @@ def parse_maps(data: bytes) -> list[Mapping]:
 
 
 def library_paths(prefixes: Sequence[str], pid: Pid = "self") -> dict[str, str]:
-    """For each file-name prefix (a soname like ``"libibverbs.so"``), the first mapped file
-    whose base name starts with it; prefixes with no such file are left out.
-
-    The kernel shows the file the mapping was made from, symlinks resolved, so
-    ``libibverbs.so`` finds ``/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0``.
-    """
+    """For each prefix (a soname like ``"libibverbs.so"``), the first mapped file
+    (symlinks resolved) whose base name starts with it; else left out."""
     found: dict[str, str] = {}
     for m in parse_maps(read_maps(pid)):
         if not m.path.startswith("/"):

@@ -1,11 +1,7 @@
-"""The binding's functions written against the Python C API (csrc/python/):
-builtins that keep the GIL where a cffi call would hand it over on every
-spawn (csrc/python/functions.c says why).
-
-They are the extension module ``rdmaspawn._native._capi``, whose init is in
-the cffi-built library itself: it is loaded here, once, from that file. The
-loader finds the file already open and returns its handle, so the two
-modules share one copy of every static (the SIGINT hold, the spawn count).
+"""csrc/python/'s builtins, which keep the GIL where a cffi call would hand
+it over on every spawn (csrc/python/functions.c says why): the extension
+module ``rdmaspawn._native._capi``, loaded once from the cffi-built file
+itself, so that both share one copy of every static.
 """
 from __future__ import annotations
 
@@ -38,15 +34,11 @@ _c = _load()
 
 #: os.close() for an fd whose close cannot block (a pidfd), keeping the GIL.
 close_fd: Callable[[int], None] = _c.close_fd
-#: SIGINT held back (csrc/python/sigint.c): whether a hold is on, the hold
-#: (False: nothing held), the arrivals so far (taken) and the release (the
-#: arrivals not taken); dropin.interrupts', per Popen.
+#: SIGINT held back (csrc/python/sigint.c), for dropin.interrupts.
 sigint_held: Callable[[], int] = _c.sigint_held
 sigint_hold: Callable[[], int] = _c.sigint_hold
 sigint_take: Callable[[], int] = _c.sigint_take
 sigint_release: Callable[[], int] = _c.sigint_release
-#: The thread that runs Python's signal handlers, by ident, and whether the
-#: calling thread is it with no hold on (dropin.interrupts' owner()).
 sigint_set_main: Callable[[int], None] = _c.sigint_set_main
 sigint_owner: Callable[[], bool] = _c.sigint_owner
 #: The C fork_exec's parameter names, in the order fork_exec_new wants their
@@ -62,10 +54,8 @@ fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
 #: ``struct rs_setup`` and calls ``spawn(address)`` once (pack.spawn_with).
 fork_exec_setup: Callable[[Any, tuple[Any, ...], Callable[[Callable[[int], int]], int]],
                           int] = _c.fork_exec_setup
-#: ``spawn_posix(args, conversion)``: csrc/python/convert.c,
-#: ``Popen._posix_spawn``'s call (its positional arguments) converted and
-#: spawned as ``os.posix_spawn`` would: the pid, or its exception;
-#: ``conversion`` is ``dropin.cpython.PosixSpawn.conversion``.
+#: ``spawn_posix(args, conversion)``: ``Popen._posix_spawn``'s positional call
+#: spawned as ``os.posix_spawn`` would (``PosixSpawn.conversion``); the pid.
 spawn_posix: Callable[[tuple[Any, ...], tuple[Any, ...]], int] = _c.spawn_posix
 #: SpawnRequest's field names in the order spawn_request reads them
 #: (csrc/python/convert.c).
@@ -79,23 +69,15 @@ spawn_request: Callable[[tuple[Any, ...],
 #: ``set_spawn_error(make)``: the function that makes a failed spawn's
 #: exception for the C side (engine._spawn_error).
 set_spawn_error: Callable[[Callable[..., BaseException]], None] = _c.set_spawn_error
-#: ``popen_init_new(base, popen, prepare, layout, getsignal, raise_signal)``:
-#: csrc/python/popen_init.c, the body of rdmaspawn.Popen's ``__init__``
-#: (``base.__init__`` with SIGINT held back, for exact instances of ``popen``
-#: given no setup keyword); ``prepare`` makes any other call's arguments.
+#: csrc/python/popen_init.c: ``popen_init_new(base, popen, prepare, layout,
+#: getsignal, raise_signal)``, the body of rdmaspawn.Popen's ``__init__``, and
+#: ``popen_init_method(body, face, setup_keywords)``, the method (dropin/popen.py).
 popen_init_new: Callable[..., Any] = _c.popen_init_new
-#: ``popen_init_method(body, face, setup_keywords)``: csrc/python/popen_init.c,
-#: rdmaspawn.Popen's ``__init__``, a method descriptor: the plain call under
-#: ``body``'s hold, any other to ``face`` (the Python function calling
-#: ``body``), whose answers it gives to introspection.
 popen_init_method: Callable[..., Any] = _c.popen_init_method
 #: ``errpipe_calls(pipes, os, first_fd, guard_mark)``: csrc/python/errpipe.c,
 #: the (pipe, read, close) of dropin.errpipe's pipes.
 errpipe_calls: Callable[[dict[int, Any], Any, int, str], Any] = _c.errpipe_calls
 #: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
-#: with its child held until the parent has compared their total_vm, and
-#: ``decide(pid, pages_left_out)`` asked where they differ (it raises to
-#: refuse); ``unheld()`` looks before an unwatched fork where the child
-#: cannot be held.
+#: with its child held while ``decide(pid, pages_left_out)`` may refuse.
 held_fork: Callable[[Callable[[], Any], Callable[[int, int], object], Callable[[], object]], Any] = \
     _c.held_fork

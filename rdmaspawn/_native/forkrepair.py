@@ -1,18 +1,13 @@
 """The fork repair: keep libibverbs' MADV_DONTFORK marks off the pages a fork() child needs.
 
 On a kernel that copies DMA-pinned pages into a fork() child (and says so
-over RDMA netlink), the mark libibverbs puts on every registration, rounded
-out to whole pages, takes malloc's and Python's data on a registration's
-first and last page out of the child. :func:`repair_fork` asks the kernel,
-and where it answers yes has the C core (``csrc/forkrepair.c``) mark only
-the pages wholly inside each registration (so the kernel copies none of
-them into a child), sweep the marks made before where a child trips on
-them (the doctor's rule; the kernel's, the drivers' and other buffers'
-marks stay), and catch a libibverbs loaded later at the next fork. Then
-``os.fork()``, multiprocessing's ``fork``, ``preexec_fn`` and a ``fork()``
-from C all work again, with no change of start method. Elsewhere it
-refuses, in one line that says why, and nothing changes.
-docs/how-it-works.md has the mechanism and its limits.
+over RDMA netlink), libibverbs' marks, rounded out to whole pages, take
+malloc's and Python's data on a registration's edges out of the child.
+:func:`repair_fork` asks the kernel and, where it says yes, has
+``csrc/forkrepair.c`` mark only the pages wholly inside each registration,
+sweep earlier marks a child trips on, and catch a libibverbs loaded later;
+then fork() works again, with no change of start method. Elsewhere it
+refuses in one line. docs/how-it-works.md has the mechanism and its limits.
 """
 from __future__ import annotations
 

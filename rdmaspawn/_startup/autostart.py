@@ -1,23 +1,13 @@
 """Apply ``RDMASPAWN`` at interpreter start (called by the ``rdmaspawn-autostart.pth`` hook).
 
-site.py runs the hook's one line for every interpreter that processes
-site-packages (not under ``python -S``). The line itself only looks the
-variable up, so an interpreter without it pays for one dictionary lookup;
-with it set, the line imports this module and calls :func:`start`, and turns
-any import failure (a broken install) into one line on stderr.
-
-Every interpreter of a job pays for what runs here, so it loads almost
-nothing: stand-ins for the guard's wrappers of ``os.fork``/``os.forkpty``
-(``standin``: the guard loads at the first fork), stand-ins that ``import
-subprocess`` puts in place of the patch and the guard of fork_exec (the real
-ones load at the first spawn), the doctor's markers, the fork repair's
-question to the kernel, and hooks on multiprocessing's import. No child
-starts before the patch and the guard are in force. ``python -m
-rdmaspawn.bench.startup`` measures the cost.
-
-This is an entry point like ``__main__``: it sits above the tools it applies.
-site.py runs ``.pth`` files before ``sitecustomize`` and ``PYTHONSTARTUP``, so
-a user's own start-up code runs after this and can change what it did.
+The hook's line looks the variable up (one dictionary lookup without it) and
+imports this module and calls :func:`start` with it, turning an import
+failure into one line on stderr. Every interpreter of a job pays for what
+runs here, so it loads almost nothing: the stand-ins (``standin``: the patch
+and the guard load at the first spawn or fork), the doctor's markers, the
+fork repair's question to the kernel, hooks on multiprocessing's import.
+An entry point like ``__main__``; it runs before ``sitecustomize``, so a
+user's own start-up code can change what it did.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -34,12 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["start", "apply"]
 
-# The deferred steps below import by absolute name. They run at the first
-# spawn or fork, in any thread, maybe while another thread is importing the
-# same module: a relative ``from ..dropin.patch import patch`` does not wait
-# for that import on CPython 3.9.2 (Debian 11; the wait looks up the lock of
-# the relative name, "dropin.patch") and finds the module partially
-# initialized, without ``patch``. An absolute import waits on every release.
+# The deferred steps import by absolute name: they may run while another
+# thread imports the same module, and a relative import does not wait for it
+# on CPython 3.9.2 (Debian 11), finding the module partly initialized.
 
 # site.py processes a venv's site-packages twice (3.9-3.13), and the hook with it.
 _started = False
@@ -60,12 +47,12 @@ def apply(settings: "Settings") -> list[str]:
         done.append("patch()")
         # In force from here on (the stand-ins route every spawn to it): say so
         # to the doctor now, not at the first spawn.
-        _safely(lambda: _patched_marker(True), "the doctor's marker")
+        _safely(lambda: _marker("set_patched", True), "the doctor's marker")
     if settings.guard is not None:
         mode = settings.guard
         # os.fork's part at the first fork; fork_exec's comes with the patch's (_settle).
         standin.install_forks(lambda placed: _settle_forks(mode, placed))
-        _safely(lambda: _guard_marker(mode), "the doctor's marker")
+        _safely(lambda: _marker("set_guard", mode), "the doctor's marker")
         # A fork refused in a Pool's worker handler must fail the job, not hang it.
         when_imported("multiprocessing.pool",
                       lambda _: _safely(_pool_handler, "multiprocessing.Pool"))
@@ -113,7 +100,7 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
             from rdmaspawn.dropin.patch import is_patched
 
             if not is_patched():  # the marker set at start-up would say otherwise
-                _safely(lambda: _patched_marker(False), "the doctor's marker")
+                _safely(lambda: _marker("set_patched", False), "the doctor's marker")
         if settings.guard is not None:
             from rdmaspawn.tools.guard import guard_exec
 
@@ -123,16 +110,15 @@ def _settle(settings: "Settings", placed: "list[tuple[Any, str, Any, Any]]") -> 
 
 
 def _not_protected(exc: Exception) -> None:
-    """The patch could not load in this interpreter (a sub-interpreter cannot
-    load the core, a single-phase extension module; or a broken install):
-    its children start unpatched. One line says so, and the patch's marker,
-    which said at start-up that it was in force, now says why it is not."""
+    """The patch could not load here (a sub-interpreter cannot load the core,
+    a single-phase extension module; a broken install): one line says so,
+    and the patch's marker says why."""
     sub = _in_subinterpreter()
     where = "this sub-interpreter" if sub else "this interpreter"
     _say(f"{VARIABLE}: could not load the patch ({type(exc).__name__}: {exc}): "
          f"the children {where} starts are not protected")
     reason = "subinterpreter" if sub else "load-failed"
-    _safely(lambda: _unprotected_marker(reason), "the doctor's marker")
+    _safely(lambda: _marker("set_unprotected", reason), "the doctor's marker")
 
 
 def _in_subinterpreter() -> bool:
@@ -179,22 +165,10 @@ def _settle_forks(mode: str, placed: "list[tuple[Any, str, Any, Any]]") -> bool:
     return True
 
 
-def _guard_marker(mode: str) -> None:
-    from rdmaspawn._startup.markers import set_guard
+def _marker(setter: str, value: "Any") -> None:
+    from rdmaspawn._startup import markers
 
-    set_guard(mode)
-
-
-def _patched_marker(on: bool) -> None:
-    from rdmaspawn._startup.markers import set_patched
-
-    set_patched(on)
-
-
-def _unprotected_marker(reason: str) -> None:
-    from rdmaspawn._startup.markers import set_unprotected
-
-    set_unprotected(reason)
+    getattr(markers, setter)(value)
 
 
 def _pool_handler() -> None:

@@ -1,25 +1,14 @@
 """Run a function when a module has been imported: now if it is already, else right after.
 
-The start-up hook adjusts multiprocessing (its default start method, Pool's
-worker handler), which most processes never import; importing it at start-up
-would cost every interpreter in a job that import. :func:`when_imported` defers the
-adjustment to the import itself: a finder first on ``sys.meta_path`` asks the
-other finders for the module's spec and wraps its loader so that the
-function runs once the module's code has run, before the importer sees it.
-The wrapper hands every other attribute (``get_source``, ``get_data``, ...)
-to the real loader.
-
-The functions import this package's own modules, and some of those import
-the awaited module at their top (subprocess, above all). Were such a module
-the first to bring it, a function would find it half-built; so while
-something waits, this package's own modules load through a wrapper too, and
-what comes due inside one waits until the outermost of them has run;
-a function that imports none of them (``at_once``) runs inside the awaited
-module's own import, before any other thread can see the module.
-
-RDMASPAWN's start-up hook imports this module in every interpreter of a job:
-it imports nothing the interpreter has not loaded already (``threading`` and
-``typing`` would each cost more than all of ``on``'s start-up).
+Start-up adjusts multiprocessing, which most processes never import, so the
+adjustment waits for the import: a finder first on ``sys.meta_path`` wraps
+the real loader (every other attribute handed to it) to run the function
+once the module's code has run. Some of this package's modules import the
+awaited module at their top, which would then be half-built: while something
+waits, they load through a wrapper too, and what comes due inside one waits
+for the outermost; an ``at_once`` function runs inside the awaited module's
+own import, before any other thread sees it. Imports nothing the interpreter
+has not loaded already (``threading`` or ``typing`` would cost every one).
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

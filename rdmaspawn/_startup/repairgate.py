@@ -1,16 +1,10 @@
 """Whether the fork repair may run in this process: the one rule, without the repair.
 
-RDMASPAWN's start-up asks this in every interpreter of a job, and on most
-hosts the answer is no; ``rdmaspawn._native.forkrepair`` (the repair itself,
-its result type, the C core) loads only where it is yes.
-
-Where ib_core is not loaded (no ``/sys/class/infiniband``, the device class
-it registers, built in or a module) no memory can be registered, and RDMA
-netlink does not exist: the answer is no without asking, so no socket, no
-``_socket`` module, and no ib_core loaded by the kernel to serve a socket()
-for it. A driver loaded after the process started leaves the repair off in
-it (a later ``rdmaspawn.repair_fork()`` asks again): the marks stay, and the
-guard and the start method see to them.
+Start-up asks it in every interpreter, and on most hosts the answer is no,
+so the repair loads only where it is yes. Without ``/sys/class/infiniband``
+(ib_core's class) no memory can be registered: no without asking, so no
+socket and no ib_core loaded to serve one. A driver loaded later leaves the
+repair off (a later ``rdmaspawn.repair_fork()`` asks again).
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

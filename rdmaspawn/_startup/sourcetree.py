@@ -1,20 +1,11 @@
 """Refuse, in one line, to run from a source tree that has no compiled core.
 
-``python -m pytest`` or ``python -c 'import rdmaspawn'`` started at a
-checkout's root puts the root first on ``sys.path``, so the checkout's
-``rdmaspawn/`` wins over any installed copy. Without its compiled module
-(``_rdmaspawn_cffi*.so``, built by ``pip install -e .``) nothing works, and
-the plain ImportError would not say why. numpy refuses the same way.
-
-Importing this module does the check, so that the package's first import
-line is enough. An installed rdmaspawn pays nothing for it: the diagnosis
-runs only when the core's import has already failed.
-
-Where site.py imports the package (RDMASPAWN's start-up hook, in every
-interpreter of a job) the check is that the core's file is there, not its
-load: loading cffi's backend is a cost every interpreter would pay, and start-up
-needs no C (the guard loads it at the first fork, the patch at the first
-spawn; a core that is there but does not load is reported then).
+Started at a checkout's root, Python imports the checkout's ``rdmaspawn/``,
+which without ``_rdmaspawn_cffi*.so`` (``pip install -e .``) fails with a
+plain ImportError that says nothing; numpy refuses the same way. Importing
+this module checks, only once the core's import failed. Under site.py
+(RDMASPAWN's start-up) it checks that the core's file is there, not its load:
+cffi's backend would cost every interpreter, and start-up needs no C.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

@@ -1,35 +1,17 @@
-"""Stand-ins for ``patch()`` and the guard of ``fork_exec``, put in place at
-``import subprocess`` by RDMASPAWN's start-up, made real at the first spawn.
+"""Stand-ins for ``patch()`` and the guard, put in place by RDMASPAWN's
+start-up and made real at the first spawn or fork.
 
-Loading the patch and the engine is most of what ``import subprocess``
-would cost an interpreter under ``RDMASPAWN=on`` (``python -m
-rdmaspawn.bench.startup`` measures it), and most interpreters of a job never
-spawn. So the import puts a stand-in at each name through which the standard
-library starts a child: ``_posixsubprocess.fork_exec``, its 3.11+ alias
-``subprocess._fork_exec``, ``Popen._posix_spawn`` and ``os._spawnvef`` (the
-last one at start-up: ``os.spawn*`` need no subprocess). It does so inside
-subprocess's own import (``onimport``'s ``at_once``), so no thread ever sees
-subprocess without them.
-
-The first call of any stand-in, or of ``dropin.patch``'s ``is_patched()``,
-``patch()`` or ``unpatch()`` (see :func:`give_way`), runs what the start-up
-hook deferred (``patch()``, the guard's wrappers of fork_exec) under one lock,
-after taking every stand-in out of its place; the call then goes on to what
-is there now. No child starts before that: a stand-in is the only way past
-its name. A stand-in that someone else's wrapper holds without
-``__wrapped__`` stays there and passes calls to what it replaced.
-
-The guard's wrappers of ``os.fork`` and ``os.forkpty`` wait the same way,
-for the first fork: under ``RDMASPAWN``'s guard, start-up puts a stand-in at
-each (:func:`install_forks`), and the first call of one, or the first use of
-``tools.guard``'s functions (:func:`give_way_forks`), loads the guard and
-puts its wrappers in their place: loading ``tools.guard`` at start-up would
-be a large share of what ``RDMASPAWN=on`` adds to every interpreter
-(docs/benchmark.md).  The guard's wrapper of ``os.fork`` skips a
-stand-in's frame (:data:`STANDIN_CODE`) to find the line that called it.
-
-This module imports nothing the interpreter has not loaded already; what it
-runs is handed to it by ``autostart``.
+Loading the patch and the engine is most of what ``import subprocess`` would
+cost an interpreter under ``RDMASPAWN=on``, and most never spawn. So inside
+subprocess's own import (``onimport``'s ``at_once``: no thread sees it
+without them) a stand-in goes at each name through which the standard
+library starts a child (:data:`FORK_EXEC_HOMES`, ``Popen._posix_spawn``;
+``os._spawnvef`` at start-up). The first call of one, or of ``dropin.patch``'s
+functions (:func:`give_way`), takes them out and runs what start-up deferred,
+under one lock; no child starts before. One held by someone else's wrapper
+without ``__wrapped__`` stays, passing calls on. ``os.fork``/``os.forkpty``
+get the guard's the same way (:func:`install_forks`, :func:`give_way_forks`).
+This module imports nothing the interpreter has not loaded already.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -47,11 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["FORK_EXEC_HOMES", "STANDIN_CODE", "forks_pending", "give_way", "give_way_forks", "install",
            "install_forks", "took_out"]
 
-#: Where CPython's _execute_child may find fork_exec, as (module, attribute):
-#: the C module's own (3.9-3.10) and subprocess's alias bound at its import
-#: (3.11+). One of dropin.cpython's facts, kept here because start-up puts a
-#: stand-in at each and must not import that module; its gate (require())
-#: refuses a CPython whose _execute_child calls fork_exec through another.
+#: Where _execute_child may find fork_exec (3.9-3.10; 3.11+'s alias): one of
+#: dropin.cpython's facts, here because start-up must not import that module.
 FORK_EXEC_HOMES = (("_posixsubprocess", "fork_exec"), ("subprocess", "_fork_exec"))
 _MARK = "__rdmaspawn_standin__"
 _lock = _thread.RLock()
@@ -133,12 +112,9 @@ def took_out(standin: "Any") -> None:
 
 def give_way() -> None:
     """Run what the stand-ins stand for, once; other threads wait for its end.
-
-    The thread that runs it may come back here (the settle calls
-    ``dropin.patch``'s ``patch()``, which calls this): it returns at once.
-    No import calls this (dropin.patch's did, at its end: an import of it in
-    one thread then waited here for the settle of another, which waited for
-    that import)."""
+    The thread running it comes back here (through ``patch()``) and returns.
+    No import calls this: one thread's import would wait for another's settle,
+    which waits for that import."""
     global _settle, _done
     if _done:
         return
@@ -162,11 +138,9 @@ STANDIN_CODE = _standin(None, "", None, give_way).__code__
 
 def install_forks(settle: "Callable[[list[tuple[Any, str, Any, Any]]], bool]") -> None:
     """Put stand-ins at ``os.fork`` and ``os.forkpty``; run ``settle(placed)``
-    (the guard's wrappers in their place) at the first call of one, or at
-    :func:`give_way_forks`.  ``settle`` returns False where it could not load
-    the guard (no descriptor left, or at shutdown): that fork goes ahead
-    unlooked, as any fork after a failed look does, and the next one tries
-    again."""
+    at the first call of one, or at :func:`give_way_forks`. Where ``settle``
+    returns False (no descriptor left, at shutdown), that fork goes ahead
+    unlooked and the next one tries again."""
     global _fork_settle, _forks_done
     with _lock:
         _fork_settle, _forks_done = settle, False
@@ -181,12 +155,9 @@ def forks_pending() -> bool:
 
 def give_way_forks() -> None:
     """Put the guard in force in place of its stand-ins, once; other threads
-    wait for its end.  ``tools.guard`` calls it before it reads or changes its
-    state, so that it answers as if loaded at start-up; the thread running the
-    settle comes back here from there and returns at once.  The settle
-    imports the guard (and dropin.wrapping, where a wrapper holds a
-    stand-in) under this lock: neither takes it nor imports subprocess,
-    whose import does (``_place_at_subprocess``) and then waits here."""
+    wait. ``tools.guard`` calls it before it reads its state. The settle
+    imports under this lock only what neither takes it nor imports subprocess
+    (whose import takes it, ``_place_at_subprocess``)."""
     global _fork_settle, _forks_done
     if _forks_done:
         return

@@ -1,26 +1,13 @@
 """Everything rdmaspawn knows about CPython's private subprocess internals.
 
-One table keyed by CPython version (``TABLE``), and the facts no version
-number tells, looked up in the running CPython: where ``fork_exec`` lives,
-its and ``Popen._posix_spawn``'s parameters, the error pipe's lines. The
-drop-ins, the guard and csrc/python/ ask it by name and never count argument
-positions themselves. The facts come from each version's
-``Lib/subprocess.py`` and ``Modules/_posixsubprocess.c``, and from running them.
-
-Nothing is read from it before a gate, :func:`require` (:func:`errpipe_calls`
-for the error pipe's lines), has checked it against the running CPython:
+One table keyed by version (``TABLE``), and the facts no version number
+tells (fork_exec's home, its parsers' wording, ``_posix_spawn``'s parameters,
+the error pipe's lines) looked up in the running CPython. Nothing is read
+before a gate, :func:`require` or :func:`errpipe_calls`, has checked it:
 routing 22 arguments by the positions of 23 would start the wrong child,
-silently. What does not match is refused with :class:`UnsupportedPython`,
-saying what to do (upgrade rdmaspawn, or use ``rdmaspawn.spawn()``), or left
-to CPython where its own is safe: a ``_posix_spawn`` that is not the one
-known (glibc's posix_spawn never copies the page tables: docs/api.md), a
-pipe named anywhere else than the known lines.
-
-Why one module this long: the issue that made it asked for one table of
-CPython's internals behind one gate, so that no other module holds such a
-fact or reads one before the gate; each lookup (a parser's wording, the
-error pipe's statements, ``_posix_spawn``'s conversion) sits beside the
-row it fills, and a new CPython is checked against this file alone.
+silently. What does not match is refused (:class:`UnsupportedPython`), or
+left to CPython where its own is safe (glibc's posix_spawn never forks; a
+real error pipe). One module, so that a new CPython is checked against it alone.
 """
 from __future__ import annotations
 
@@ -56,8 +43,7 @@ __all__ = [
     "use_vfork_flag",
 ]
 
-#: subprocess's flags that _execute_child reads: fork_exec's allow_vfork
-#: (3.10.5-3.13; 3.14 dropped both) and the posix_spawn shortcut's switch.
+#: fork_exec's allow_vfork (3.10.5-3.13) and the posix_spawn shortcut's switch.
 VFORK_FLAG = "_USE_VFORK"
 POSIX_SPAWN_FLAG = "_USE_POSIX_SPAWN"
 
@@ -67,12 +53,7 @@ class UnsupportedPython(RuntimeError):
 
 
 class ForkExecCall(NamedTuple):
-    """The arguments of one ``fork_exec`` call, by name, on every version.
-
-    A field that this version's ``fork_exec`` does not take gets its
-    neutral value: ``pgid_to_set`` (not on 3.9, 3.10) -1, ``allow_vfork``
-    (not on 3.9, 3.10, 3.14+) True.
-    """
+    """One ``fork_exec`` call by name; a field this version lacks is neutral (_NEUTRAL)."""
 
     args: Any
     executable_list: Any
@@ -158,81 +139,51 @@ class PosixSpawn(NamedTuple):
 
     #: CPython's own, below any wrapper (RDMASPAWN's start-up stand-in, say).
     function: Callable[..., Any]
-    #: Its parameters after self, in order.
     params: tuple[str, ...]
-    #: Their defaults, by name.
     defaults: dict[str, Any]
-    #: Where the six fds sit in _execute_child's positional call, self not
-    #: counted (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite).
+    #: Where _POSIX_SPAWN_FDS sit in a positional call, self not counted.
     fds: tuple[int, ...]
-    #: The six fds of a positional call, in that order (``operator.itemgetter``:
-    #: no list made per spawn).
+    #: Those six of a positional call (``operator.itemgetter``: no list per spawn).
     fds_of: Callable[[tuple[Any, ...]], tuple[Any, ...]]
-    #: What convert.c's rs_spawn_posix() converts the call with (its enum
-    #: spec): the positions, a byte each (the call's length, then args,
-    #: executable, env, restore_signals, close_fds (0xff: not a parameter
-    #: before 3.13) and the six fds); the file actions' int wording
-    #: (PyArg_ParseTuple's "i" on every version, in convert.h's order);
-    #: os.posix_spawn's ValueError for a str path with a NUL (a bytes path
-    #: always gets POSIX_SPAWN_PATH_NUL), and for a bytes one; its TypeError
-    #: for an env that is no mapping; os where env=None means os.environ
-    #: (3.9-3.12: the method's code names environ), else None (the C environ).
+    #: convert.c's rs_spawn_posix() spec, in its order: the positions (a byte
+    #: each; 0xff: no close_fds before 3.13), the file actions' int wording,
+    #: os.posix_spawn's own errors, and os where env=None means os.environ
+    #: (3.9-3.12), else None (the C environ).
     conversion: tuple[Any, ...]
 
 
 class Internals(NamedTuple):
     """What one CPython version's subprocess does, where rdmaspawn depends on it."""
 
-    #: fork_exec's parameter names, in order.
-    params: tuple[str, ...]
-    #: What _execute_child loads to call fork_exec (see _CALLER_21).
-    caller: tuple[str, ...]
-    #: Popen._posix_spawn's parameters after self (_POSIX_SPAWN_39).
+    params: tuple[str, ...]  # fork_exec's, in order
+    caller: tuple[str, ...]  # what _execute_child loads to call it (_CALLER_21)
     posix_spawn_params: tuple[str, ...]
-    #: Whether fork_exec can vfork() (3.10+); 3.9 always forks. Kept here: it
-    #: came with 3.10.0, and nothing Python can see tells 3.9 from 3.10.0-3.10.4
-    #: (subprocess._USE_VFORK came with 3.10.5 and left with 3.14, which still
-    #: vforks); only a fork_exec call that starts a child would show it.
+    #: Whether fork_exec can vfork() (3.10+). In the table: nothing Python
+    #: sees tells 3.9 from 3.10.0-3.10.4, which have no _USE_VFORK.
     can_vfork: bool
-    #: multiprocessing's default start method on Linux ("forkserver" from 3.14;
-    #: "spawn" there in a build whose socket cannot pass fds, not seen here).
-    #: Kept here: only tests read it; looking would import multiprocessing
-    #: (start-up does not), and once rdmaspawn's start_method preference is in
-    #: force, multiprocessing holds ours in the place CPython's default was.
+    #: multiprocessing's default start method on Linux. In the table: looking
+    #: would import multiprocessing, which then holds rdmaspawn's preference.
     mp_default: str
-    # Looked up in the running CPython by _looked_up(), never read from TABLE:
-    # a patch release, a build or a distribution can differ (the defaults
-    # below are never used).
-    #: Where _execute_child finds fork_exec: (module name, attribute); the
-    #: 3.11+ alias subprocess._fork_exec where there is one.
+    # Looked up by _looked_up(), never from TABLE: a patch release, a build
+    # or a distribution can differ.
+    #: Where _execute_child finds fork_exec: (module name, attribute).
     home: tuple[str, str] = ("", "")
-    #: The tag after "OSError:<errno>:" for a failed chdir() in the child:
-    #: "noexec:chdir" where _execute_child reads that (3.13+), else "noexec".
+    #: The tag after "OSError:<errno>:" for a failed chdir() in the child.
     chdir_tag: bytes = b""
-    #: Popen._get_handles closes the pipes it made when a later one fails:
-    #: where Popen has the _on_error_fd_closer that CPython added with that
-    #: (3.11.? and 3.12+; not Debian 12's 3.11.2); elsewhere they leak.
+    #: Whether Popen._get_handles closes its pipes when a later one fails
+    #: (not Debian 12's 3.11.2).
     get_handles_cleans_up: bool = False
-    #: fork_exec's TypeError for a wrong argument count, formatted with
-    #: ``wanted`` and ``given``: its parser's wording (_WORDINGS).
+    #: fork_exec's TypeError for a wrong count, formatted with wanted, given.
     wrong_count: str = ""
-    #: All of fork_exec's wording for csrc/python/convert.c, in the order of
-    #: its enum rs_wording, by how fork_exec parses its int arguments
-    #: (_fork_exec_parser: "format_i", PyArg_ParseTuple's "i", 3.9-3.11, or
-    #: "clinic", Argument Clinic's, 3.12+): _WORDINGS' four, the C int
-    #: messages (_int_wordings()), and "1" where restore_signals and
-    #: call_setsid are parsed as C ints rather than taken by their truth
-    #: (Argument Clinic's bool, 3.12+; asked, _flags_by_truth). close_fds is
-    #: taken by its truth everywhere. () where the parser is neither.
+    #: fork_exec's wording for convert.c, in its enum rs_wording's order:
+    #: _WORDINGS' four, _int_wordings(), and "1" where restore_signals and
+    #: call_setsid are C ints, not taken by their truth. () for an unknown parser.
     fork_exec_wording: tuple[str, ...] = ()
-    #: Popen._posix_spawn, where it is the one the table knows and
-    #: _execute_child takes it where _USE_POSIX_SPAWN says; else None, and
-    #: CPython's own runs (glibc's posix_spawn: no fork, so safe).
+    #: Popen._posix_spawn where it is the one known and _execute_child takes
+    #: it where _USE_POSIX_SPAWN says; else None, and CPython's own runs.
     posix_spawn: PosixSpawn | None = None
-    #: Why posix_spawn is None ("" where it is not).
-    posix_spawn_differs: str = ""
-    #: Where Popen() takes preexec_fn positionally (after args, bufsize,
-    #: executable and the three standard streams), from its code object.
+    posix_spawn_differs: str = ""  # why posix_spawn is None
+    #: Where Popen() takes preexec_fn positionally.
     preexec_fn_position: int = -1
 
 
@@ -246,13 +197,9 @@ _V313 = _V311._replace(posix_spawn_params=_POSIX_SPAWN_313)
 # multiprocessing defaults to forkserver.
 _V314 = _V313._replace(params=_PARAMS_22, caller=_CALLER_22, mp_default="forkserver")
 
-#: Keyed by sys.version_info[:2]: what changed with a minor release only and
-#: cannot be looked up (the signatures; can_vfork and mp_default, see above).
-#: Every entry was read from that version's sources and checked by running it
-#: (3.14 and 3.15: Debian's python3.14 3.14.10 and python3.15 3.15.2, in
-#: .ci/lanes/sid.sh). require() also checks each call at run time and refuses
-#: a CPython whose call differs; the rows a patch release can change,
-#: _looked_up() reads from the running CPython.
+#: By sys.version_info[:2]: what changed with a minor release only. Each row
+#: was read from that version's sources and checked by running it (3.14,
+#: 3.15: Debian's, .ci/lanes/sid.sh); require() still checks each call.
 TABLE: dict[tuple[int, int], Internals] = {
     (3, 9): _V39,
     (3, 10): _V39._replace(can_vfork=True),
@@ -265,8 +212,7 @@ TABLE: dict[tuple[int, int], Internals] = {
 
 
 def _posix_spawn_refuses(*args: Any) -> str:
-    """os.posix_spawn's own message for a call its converters refuse before
-    anything starts (a str path with a NUL, an env that is no mapping)."""
+    """os.posix_spawn's own message for a call it refuses before anything starts."""
     try:
         os.posix_spawn(*args)
     except (TypeError, ValueError) as exc:
@@ -274,10 +220,8 @@ def _posix_spawn_refuses(*args: Any) -> str:
     raise AssertionError(f"os.posix_spawn took {args!r}")  # pragma: no cover
 
 
-#: By fork_exec's parser: its wrong-count TypeError (PyArg_ParseTuple's, or
-#: Argument Clinic's _PyArg_CheckPositional), its too-many-groups ValueError,
-#: its TypeError for a group that is no int (3.12 renamed groups_list with
-#: the move to Argument Clinic) and its TypeError for keywords.
+#: By fork_exec's parser (PyArg_ParseTuple's "i", 3.9-3.11; Argument Clinic,
+#: 3.12+): its wrong-count, too-many-groups, group-no-int and keywords errors.
 _WORDINGS = {
     "format_i": ("fork_exec() takes exactly {wanted} arguments ({given} given)",
                  "too many groups", "groups must be integers",
@@ -293,11 +237,10 @@ class _IntProbe:
 
 
 def _i_refusals() -> tuple[str, str]:
-    """PyArg_ParseTuple "i"'s own words for a float and for a type with no
-    __index__ ("{}": its name), or "" where it leaves them to PyNumber_Index
-    (3.10 moved them there; a build or a distribution may differ, so asked).
-    os.posix_spawn parses its file actions with "i" before anything starts;
-    the path does not exist and is never reached."""
+    """PyArg_ParseTuple "i"'s words for a float and for a type with no
+    __index__ ("{}": its name), or "" where PyNumber_Index says them (3.10+;
+    asked, as a build may differ): os.posix_spawn parses its file actions
+    with "i" before anything starts."""
     said = []
     for probe in (1.5, _IntProbe()):
         try:
@@ -314,10 +257,7 @@ def _i_refusals() -> tuple[str, str]:
 
 
 def _int_wordings(parser: str) -> tuple[str, ...]:
-    """By int parser, a C int argument's errors, in convert.h's order: out of a
-    C int's range (Argument Clinic's one message; "": the next three), out
-    of a C long's, above and below a C int's (PyArg_ParseTuple's "i"); a
-    float, and a type with no __index__, refused by name (_i_refusals())."""
+    """By int parser, a C int argument's errors, in convert.h's order ("": not said)."""
     if parser == "clinic":
         return ("Python int too large to convert to C int", "", "", "", "", "")
     return ("", "Python int too large to convert to C long",
@@ -327,10 +267,8 @@ def _int_wordings(parser: str) -> tuple[str, ...]:
 
 def _fork_exec_parser(wanted: int) -> str:
     """Which parser CPython's fork_exec has ("" if neither), by its TypeError
-    for no arguments: both count them first, so nothing is converted and
-    nothing starts (Modules/_posixsubprocess.c, 3.9-3.15). CPython's own, below
-    any wrapper that names it (RDMASPAWN's stand-ins, the guard's wrappers):
-    a stand-in's call would run the deferred patch() from inside require()."""
+    for no arguments (both count first: nothing starts). CPython's own, below
+    any wrapper: a stand-in's call would run the deferred patch() in require()."""
     try:
         innermost(_posixsubprocess.fork_exec)()
     except TypeError as exc:
@@ -375,10 +313,8 @@ def _flags_by_truth(params: tuple[str, ...]) -> bool:
 
 
 def _looked_up(internals: Internals) -> Internals:
-    """``internals`` with the rows a patch release, a build or a distribution
-    can change read from this CPython (Debian 12's 3.11.2 has no _get_handles
-    cleanup; 3.11.7 has). Called by require() before patch() puts its own
-    fork_exec and Popen methods in place."""
+    """``internals`` with the rows a patch release or a build can change read
+    from this CPython, before patch() puts its own methods in place."""
     popen: Any = subprocess.Popen
     parser = _fork_exec_parser(len(internals.params))
     execute_child = popen._execute_child
@@ -404,9 +340,7 @@ def _looked_up(internals: Internals) -> Internals:
 
 def _home(execute_child: Callable[..., Any]) -> tuple[str, str]:
     """The place of :data:`FORK_EXEC_HOMES` through which ``execute_child``
-    calls fork_exec (3.9-3.10: the C module's own; 3.11+ subprocess's alias,
-    bound at its import); where it names none, the last that exists (its
-    call is then refused by _check)."""
+    calls fork_exec; else the last that exists (then _check refuses the call)."""
     found = [home for home in FORK_EXEC_HOMES
              if hasattr(sys.modules.get(home[0]), home[1])]
     for home in reversed(found):  # the alias first: 3.11+ has both
@@ -415,7 +349,7 @@ def _home(execute_child: Callable[..., Any]) -> tuple[str, str]:
     return found[-1]
 
 
-_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08  # inspect's, which start-up does without
 
 
 def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None, str]:
@@ -427,7 +361,7 @@ def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None,
         return None, "subprocess.Popen has no _posix_spawn written in Python"
     params = code.co_varnames[1:code.co_argcount]
     if (params != known or code.co_kwonlyargcount
-            or code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS)):
+            or code.co_flags & (CO_VARARGS | CO_VARKEYWORDS)):
         taken = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
         return None, (f"subprocess.Popen._posix_spawn takes ({', '.join(taken)}) where "
                       f"rdmaspawn knows ({', '.join(known)})")
@@ -454,32 +388,26 @@ _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", 
 def _caller_loads(func: Callable[..., Any], home: tuple[str, str]
                   ) -> tuple[tuple[str, ...], int] | None:
     """The names ``func`` loads between naming fork_exec and calling it (from
-    its last naming before the call: the method patch() puts in place also
-    names it earlier, for its error pipe), and the call's argument count (a
-    constant passed is no name); None where it makes no such call."""
+    its last naming before the call: patch()'s method also names it for its
+    error pipe), and the call's argument count; None where it makes no such call."""
     key = (func.__code__, home)
     if key not in _scanned:  # the gate asks twice: _home(), then _check()
-        _scanned[key] = _scan(func, home[1])
+        _scanned[key] = None
+        names: list[str] | None = None
+        for ins in dis.get_instructions(func):
+            if ins.argval == home[1] and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
+                names = []
+            elif names is None:
+                continue
+            elif ins.opname.startswith("CALL") and (ins.arg or 0) >= len(_PARAMS_21) - 1:
+                _scanned[key] = (tuple(names), ins.arg or 0)
+                break
+            elif ins.opname in _LOADS:
+                names.extend(ins.argval if isinstance(ins.argval, tuple) else [ins.argval])
     return _scanned[key]
 
 
 _scanned: dict[tuple[Any, tuple[str, str]], tuple[tuple[str, ...], int] | None] = {}
-
-
-def _scan(func: Callable[..., Any], name: str) -> tuple[tuple[str, ...], int] | None:
-    names: list[str] | None = None
-    for ins in dis.get_instructions(func):
-        if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD"):
-            names = []
-            continue
-        if names is None:
-            continue
-        if ins.opname.startswith("CALL") and (ins.arg or 0) >= len(_PARAMS_21) - 1:
-            return tuple(names), ins.arg or 0
-        if ins.opname in _LOADS:
-            value = ins.argval
-            names.extend(value if isinstance(value, tuple) else [value])
-    return None
 
 
 def _unlike(call: tuple[tuple[str, ...], int] | None, internals: Internals) -> str:

@@ -1,26 +1,17 @@
 """The error pipe of ``Popen._execute_child``, kept in memory.
 
-CPython's ``_execute_child`` makes a pipe on every spawn for one purpose: a
-child that fails before ``execve`` writes what failed into it ("OSError:2:"),
-and the parent reads it once the child has exec'd or died. Its four system
-calls (pipe2, two closes and a read) are a large share of what the parent
-spends per spawn (docs/benchmark.md). The engine's child never writes it: it reports through shared
-memory, and ``fork_exec`` writes the pipe in the parent for it. So
-rdmaspawn.Popen, and CPython's Popen under ``patch()``, run CPython's
-``_execute_child`` recompiled to call :data:`CALLS` instead of ``os``'s
-pipe, read and close for that pipe only (``dropin/execute_child.py``), and
-``fork_exec`` hands a failed child's report to :func:`write`. The pipe is
-kept here only for a call of rdmaspawn's own ``fork_exec``; any other gets
-a real one.
+A child that fails before ``execve`` writes what failed into CPython's error
+pipe; its four system calls are a large share of a spawn (docs/benchmark.md),
+and the engine's child reports through shared memory instead. So
+``_execute_child`` is recompiled (``dropin/execute_child.py``) to call
+:data:`CALLS` for that pipe, and ``fork_exec`` hands a failed child's report
+to :func:`write`; a call of any other ``fork_exec`` gets a real pipe.
 
-Each pipe here is a pair of numbers at or above :data:`FIRST_FD`, which
-Linux gives no descriptor unless ``fs.nr_open`` and ``RLIMIT_NOFILE`` were
-both raised past 2**30 (the default cap is 2**20); every function takes a
-number below it for a real descriptor and passes it to ``os``. Where such a
-pair must reach CPython's own ``fork_exec`` (a ``preexec_fn`` that needs
-fork), :func:`call_with_real_pipe` gives it a real pipe and keeps what came
-through. A child is never given one of these numbers: ``fork_exec`` drops
-the write end from the fds it keeps, and closes only real descriptors.
+Each pipe here is a pair of numbers at or above :data:`FIRST_FD`, which Linux
+gives no descriptor unless ``fs.nr_open`` and ``RLIMIT_NOFILE`` were raised
+past 2**30; a lower number is a real descriptor, passed to ``os``. CPython's
+own ``fork_exec`` gets a real pipe (:func:`call_with_real_pipe`), and no
+child is given one of these numbers.
 """
 from __future__ import annotations
 
@@ -42,13 +33,10 @@ FIRST_FD = 1 << 30
 #: of it to raise where CPython's os.read() would have.
 _pipes: dict[int, bytes | BaseException] = {}
 
-#: ``(pipe, read, close)``: ``os.pipe()``, ``os.read(fd, n)`` and
-#: ``os.close(fd)`` for these pipes, in C (csrc/python/errpipe.c: once per
-#: spawn each). ``pipe(fork_exec)`` is given the fork_exec the method will
-#: call, and keeps the pipe here only where that is rdmaspawn's (through
-#: rdmaspawn's guard's wrappers at most): anything else gets a real pipe.
-#: It returns ``(read end, write end, fork_exec)``, and the method calls that
-#: fork_exec, the one the pipe suits.
+#: ``(pipe, read, close)`` for these pipes, in C (csrc/python/errpipe.c).
+#: ``pipe(fork_exec)`` keeps the pipe here only where that fork_exec is
+#: rdmaspawn's, and returns ``(read end, write end, fork_exec)``: the method
+#: calls the fork_exec the pipe suits.
 CALLS: tuple[Callable[[Any], tuple[int, int, Any]], Callable[[int, int], bytes],
              Callable[[int], None]] = _capi.errpipe_calls(_pipes, os, FIRST_FD, GUARD_WRAPPER)
 
@@ -71,13 +59,8 @@ def write(fd: int, data: bytes) -> int:
 
 def call_with_real_pipe(fork_exec: Callable[..., int], args: tuple[Any, ...],
                         params: tuple[str, ...]) -> int:
-    """``fork_exec(*args)`` where CPython's child needs a real error pipe.
-
-    ``args`` name a pipe kept here (``params`` says where each argument
-    sits). The call gets a real pipe in its place, and what the child writes
-    into it is read here, until the child has exec'd or exited (as CPython's
-    ``_execute_child`` reads it), and kept for :func:`read`.
-    """
+    """``fork_exec(*args)`` with a real pipe for the one kept here that
+    ``args`` name; what the child writes is read, as CPython reads it, and kept."""
     i_read, i_write = params.index("errpipe_read"), params.index("errpipe_write")
     i_keep = params.index("fds_to_keep")
     held, held_write = args[i_read], args[i_write]

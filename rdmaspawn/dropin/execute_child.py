@@ -1,25 +1,14 @@
 """``Popen._execute_child``: CPython's own, with its error pipe in memory.
 
-The method is compiled again from this CPython's own ``Lib/subprocess.py``,
-with five calls changed and nothing else: ``os.pipe()`` that makes the error
-pipe, the two ``os.close()`` of its ends and the ``os.read()`` of it become
-calls of ``dropin/errpipe.py``'s ``CALLS`` (which says why); the pipe call
-is given the ``fork_exec`` the method is about to call, makes a real pipe
-for any that is not rdmaspawn's, and hands back that fork_exec, which the
-fifth change, the call of fork_exec, then calls. Every other line, the line numbers
-and the file name in a traceback included, is CPython's. rdmaspawn.Popen
-runs it with its own globals, and CPython's Popen under ``patch()`` with
-subprocess's.
-
-It is used only where that is certain: the source on disk, compiled
-unchanged, must give exactly the method's own code, and ``dropin.cpython``'s
-gate of the pipe's lines (``errpipe_calls()``) must pass: each of the four
-calls once, the pipe named in no other statement than those it knows, and
-one call of fork_exec. Otherwise (no source file, a CPython that reads its
-pipe some other way, or hands it to one more call) :func:`code` returns None
-and the method stays CPython's, with a real pipe. Reading and compiling
-twice is milliseconds (docs/benchmark.md): done once per process, not before
-the first spawn that needs it (rdmaspawn.Popen's) or ``patch()``, never at import.
+The method compiled again from this CPython's ``Lib/subprocess.py`` with five
+calls changed: the error pipe's ``os.pipe()``, two ``os.close()`` and
+``os.read()`` become ``dropin/errpipe.py``'s ``CALLS``, and the fork_exec
+call calls the fork_exec the pipe was made for. Every other line, line
+numbers and file name included, is CPython's. Used only where certain: the
+source compiled unchanged gives the method's own code, and
+``dropin.cpython.errpipe_calls()`` passes; else the method stays CPython's,
+with a real pipe. Done once per process, at the first spawn or ``patch()``
+that needs it, never at import (milliseconds: docs/benchmark.md).
 """
 from __future__ import annotations
 
@@ -29,7 +18,7 @@ from typing import Any, Callable
 
 from . import cpython as _cpython
 
-__all__ = ["NAMES", "code", "method"]
+__all__ = ["NAMES", "code", "method", "rebuilt"]
 
 #: The globals through which the recompiled method reaches
 #: ``dropin.errpipe.CALLS``: pipe, read, close.
@@ -41,14 +30,10 @@ _CALLEE = "_rdmaspawn_fork_exec"
 
 
 def _changed(old: str, call: str, fork_exec: str) -> str:
-    """``old``, one of the pipe's calls (``dropin.cpython.ERRPIPE_CALLS``),
-    calling :data:`NAMES`' instead of ``os.<call>``; the pipe is given
-    ``fork_exec``, the expression through which the method calls it.
-
-    The pipe call also returns the fork_exec it was made for, and the method
-    calls that one (:data:`_CALLEE`): looked up again, it may no longer be
-    (``unpatch()`` in another thread), and CPython's would be handed a pipe
-    it cannot use.
+    """``old``, one of ``dropin.cpython.ERRPIPE_CALLS``, calling :data:`NAMES`'
+    instead of ``os.<call>``. The pipe call is given ``fork_exec`` and returns
+    it (:data:`_CALLEE`): looked up again, it may no longer be (``unpatch()``
+    in another thread), and CPython's would get a pipe it cannot use.
     """
     name = NAMES[("pipe", "read", "close").index(call)]
     if call == "pipe":
@@ -57,20 +42,16 @@ def _changed(old: str, call: str, fork_exec: str) -> str:
     return old.replace(f"os.{call}(", f"{name}(")
 
 
-#: code()'s answers, by the id of the code they were made from (code objects
-#: compare by value, file name left out), with that code: one compile per
-#: process.
+#: code()'s answers by the id of the code they were made from, kept with it
+#: (code objects compare by value, file name left out).
 _made: dict[int, tuple[types.CodeType, types.CodeType | None]] = {}
 
 
 def _method_source(func: Callable[..., Any]) -> str | None:
-    """The method's lines from its file, after lines that put its def on its
-    own line number, inside a class of its own class's name (so that names
-    are mangled and qualified as CPython's are); None if unreadable.
-
-    The first line imports the modules its module imports: the compiler
-    loads an imported module's function as an attribute, not as a method
-    (3.12+), and must see the same imports to make the same code.
+    """The method's lines from its file, on its own line numbers, inside a
+    class of its class's name (names mangled as CPython's); None if
+    unreadable. The first line imports what its module imports: the compiler
+    (3.12+) loads an imported module's function differently from a method's.
     """
     code = func.__code__
     owner, _, name = func.__qualname__.rpartition(".")
@@ -114,10 +95,8 @@ def _compiled(source: str, code: types.CodeType) -> types.CodeType | None:
 
 
 def code(func: Callable[..., Any]) -> types.CodeType | None:
-    """The code of CPython's ``func`` (``Popen._execute_child``) with its
-    error pipe in memory, to run with :data:`NAMES` bound to
-    ``dropin.errpipe.CALLS`` among its globals; None where that cannot be
-    made with certainty."""
+    """The code of CPython's ``Popen._execute_child`` with its error pipe in
+    memory (:data:`NAMES` among its globals); None where not certain."""
     original = func.__code__
     if id(original) not in _made:
         _made[id(original)] = (original, _recompiled(func))
@@ -144,16 +123,19 @@ def _recompiled(func: Callable[..., Any]) -> types.CodeType | None:
 
 
 def method(func: Callable[..., Any]) -> Callable[..., Any] | None:
-    """``func`` (CPython's ``Popen._execute_child``) with its error pipe in
-    memory, its own globals, defaults and names; None as :func:`code`. Its
-    globals need :data:`NAMES` (``patch()`` puts them there, for good)."""
+    """``func`` with :func:`code`, its own globals and names (which need
+    :data:`NAMES`: ``patch()`` puts them there, for good); None as :func:`code`."""
     changed = code(func)
-    if changed is None:
-        return None
-    new = types.FunctionType(changed, func.__globals__, func.__name__, func.__defaults__,
-                             func.__closure__)
+    return None if changed is None else rebuilt(func, changed, func.__globals__,
+                                                 func.__module__, func.__qualname__)
+
+
+def rebuilt(func: Callable[..., Any], code: types.CodeType, globals_: dict[str, Any],
+            module: str, qualname: str) -> Callable[..., Any]:
+    """``func`` with ``code`` and ``globals_``: its defaults, closure and doc kept."""
+    new = types.FunctionType(code, globals_, func.__name__, func.__defaults__, func.__closure__)
     new.__kwdefaults__ = func.__kwdefaults__
     new.__doc__ = func.__doc__
-    new.__qualname__ = func.__qualname__
-    new.__module__ = func.__module__
+    new.__module__ = module
+    new.__qualname__ = qualname
     return new

@@ -1,11 +1,8 @@
 """A drop-in for ``_posixsubprocess.fork_exec`` built on the engine.
 
-CPython's ``Popen._execute_child`` (and multiprocessing's
-``util.spawnv_passfds``) start every child through this one primitive. This
-version takes the same arguments and, on a failure in the child, writes into
-``errpipe_write`` exactly what CPython's child would have written, so that
-``_execute_child`` raises the same exception, with the same errno and
-filename, as it does without rdmaspawn.
+It takes the same arguments and, on a failure in the child, writes into
+``errpipe_write`` what CPython's child would have, so that ``_execute_child``
+raises the same exception, errno and filename as without rdmaspawn.
 """
 from __future__ import annotations
 
@@ -79,14 +76,10 @@ def _refuse_preexec_fn(preexec_fn: Any) -> None:
 
 
 def _preexec_fn(owner: Any, *args: Any) -> int:
-    """A fork_exec call with a preexec_fn: every other is the C one's.
-
-    ``owner`` is the fork_exec object this call came through; a preexec_fn
-    that needs fork goes to its ``__wrapped__``, looked up at each call, so
-    that a wrapper applied later can be taken out of the chain again. One
-    with a declarative equivalent (rdmaspawn.preexec's helpers and the
-    common stdlib values, recognize's table) is packed and the call handed
-    back to the C one with it.
+    """A fork_exec call with a preexec_fn: one with a declarative equivalent
+    is packed and handed back to ``owner``, the C fork_exec it came through;
+    any other goes to its ``__wrapped__``, looked up at each call, so that a
+    wrapper applied later can be taken out of the chain again.
     """
     internals = _cpython.require()
     call = _cpython.unpack_fork_exec(args)
@@ -120,14 +113,10 @@ def _preexec_fn(owner: Any, *args: Any) -> int:
 
 
 def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
-    """Build a ``fork_exec`` whose preexec_fn path goes to ``fallback``.
-
-    ``fallback`` is CPython's own fork_exec (or whatever stood in its place),
-    kept on ``__wrapped__``. The result is the C fork_exec
-    (csrc/python/fork_exec.c), which converts and starts every call itself
-    and hands one with a preexec_fn to :func:`_preexec_fn`; where this CPython
-    is not one rdmaspawn knows, a Python function that raises
-    UnsupportedPython when called.
+    """The C fork_exec (csrc/python/fork_exec.c), whose call with a
+    preexec_fn that needs fork goes to ``fallback`` (CPython's, kept on
+    ``__wrapped__``); on a CPython rdmaspawn does not know, a function that
+    raises UnsupportedPython.
     """
     internals = _cpython.current()
     if internals is not None:

@@ -1,52 +1,26 @@
 """Hold SIGINT back while ``rdmaspawn.Popen`` starts a child.
 
-A KeyboardInterrupt can be raised at almost any bytecode of the main thread.
-Raised between the engine's return and ``self.pid = ...``, it loses the pid:
-a child nobody can reap; raised between ``_get_handles()`` and the wrapping
-of the pipes in file objects, it loses fds. (CPython's own Popen has the
-same windows; rdmaspawn's is wider: the calling thread waits in the engine
-until the child has exec'd, and a SIGINT that arrives meanwhile runs its
-handler just after.)
+A KeyboardInterrupt raised between the engine's return and ``self.pid = ...``
+loses the pid (a child nobody reaps), and between ``_get_handles()`` and the
+pipes' file objects loses fds; rdmaspawn's window is wider than CPython's, as
+the caller waits in the engine until the child has exec'd. So while a Popen
+is built, SIGINT only counts: the kernel's action is swapped for a C handler
+that counts (csrc/python/sigint.c). Once it is complete, the program's handler
+runs once for what arrived, still held; if it raises, the child is killed and
+reaped and its pipes closed (``Popen._discard``) before the hold ends. The
+release puts the action back and raises SIGINT again if more arrived.
 
-So while a Popen is being built, SIGINT only counts: the kernel's action is
-swapped for a C handler that counts (csrc/python/sigint.c), a system call
-each way. When the Popen is complete, the program's handler runs once for
-what arrived (POSIX merges pending signals the same way), still under the
-hold; if it raises, the caller never gets the Popen, so its child is killed
-and reaped and its pipes closed (``Popen._discard``) before the hold ends
-and the exception goes on: a second SIGINT cannot cut that short. The
-release puts the program's action back and raises SIGINT again if more
-arrived after that run. Only the main thread runs Python's signal
-handlers, and only a handler installed from Python can raise: elsewhere
-nothing is held.
+Whether a hold is on is the C side's word (:func:`owner`, :func:`release`),
+never a value handed to Python, which an exception could lose. Python's
+table of handlers is never touched, the kernel's action goes back whole, and
+one set meanwhile stays. Blocking SIGINT would hold nothing with other
+threads: the kernel hands it to one that does not block it. Only the main
+thread runs Python's handlers: elsewhere nothing is held. Not covered: other
+signals whose handler raises (SIGALRM, SIGTERM).
 
-Whether a hold is on is the C side's word (:func:`owner` reads it before
-the caller's ``try``; :func:`release`, called on the way out of it whether
-or not it raised, ends whatever hold is on), never a value handed back to
-Python: an exception raised between the hold and the caller's receipt of
-its result (a SIGINT that Python recorded just before the swap, handled
-just after) cannot leave the hold on.
-
-The hold leaves SIGINT as the program set it: Python's own table of
-handlers is never touched (``signal.getsignal()`` is right throughout), the
-kernel's action goes back whole (a C library's handler under Python's
-included), and one the program sets meanwhile (``signal.signal()`` from
-another signal's handler, or from code Popen() runs) stays. (Blocking
-SIGINT instead would hold nothing in a process with other threads: the
-kernel hands the signal to one that does not block it, and the main thread
-runs the Python handler all the same.)
-
-Not covered: other signals whose Python handler raises (a SIGALRM timeout,
-a SIGTERM handler raising SystemExit).
-
-A ``preexec_fn`` that needs fork() runs in a fork() child, and the parent
-waits for it as long as it runs, for ever if it never returns: the hold
-ends there (:func:`lift`), and a SIGINT that arrives while it waits is
-raised at once, as in CPython.
-
-rdmaspawn.Popen's ``__init__`` holds, replays and releases in C
-(csrc/python/popen_init.c); :func:`hold`, :func:`replay` and
-:func:`release` are the same steps from Python.
+A fork() child's ``preexec_fn`` may run for ever: the hold ends before the
+wait for it (:func:`lift`), as in CPython. rdmaspawn.Popen's ``__init__``
+does these steps in C (csrc/python/popen_init.c).
 """
 from __future__ import annotations
 
@@ -124,10 +98,7 @@ def release() -> None:
 
 def lift() -> None:
     """End the main thread's hold before it waits for a fork() child's
-    ``preexec_fn``: what arrived so far is raised now, before the fork (then
-    no child exists to lose), and what arrives while it waits reaches the
-    program's handler at once, as in CPython. The Popen's own release then
-    finds no hold. A hold is on only in the main thread: elsewhere nothing
-    is lifted."""
+    ``preexec_fn``: what arrived is raised before the fork (no child to
+    lose), and what arrives while it waits at once, as in CPython."""
     if _get_ident() == _main_ident and _held():
         release()

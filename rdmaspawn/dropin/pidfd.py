@@ -1,30 +1,13 @@
 """``Popen.pidfd``: signal and wait through a pidfd, never through a stale pid.
 
-CPython's ``send_signal`` polls, then ``os.kill(self.pid)``: if another
-thread reaps the child in between, the pid can be recycled and the signal
-hits a stranger (a documented race). A pidfd names the process itself:
-after the child is reaped, ``pidfd_send_signal`` fails with ESRCH instead.
-
-The pidfd is opened when a caller first needs it (``send_signal()``,
-``terminate()``, ``kill()``, ``wait(timeout)``, the ``pidfd`` attribute), not
-with every child: most Popens are only waited for, and a pidfd made at the
-spawn (CLONE_PIDFD) and closed at the reap would cost each of them kernel
-work for a descriptor nobody uses (docs/benchmark.md). Opened later, from
-the pid (``pidfd_open``), it can name the right process only while the child
-is unreaped, which Popen alone cannot promise: ``os.wait()``, a
-``waitpid(-1)`` or SIGCHLD ignored may have reaped it behind Popen's back,
-and the pid may since belong to someone else. So the pidfd is kept only
-where ``waitid(P_PIDFD, WNOWAIT)`` then finds a child of this process; a
-stranger that took the pid gets no pidfd and no signal (CPython's
-``os.kill`` would hit it). What remains is a pid recycled, after such a reap
-elsewhere, for another child of this very process: CPython's own ``poll()``
-and ``wait()`` would reap that child too.
-
-The pidfd is O_CLOEXEC (no child inherits it); it is closed once the child
-is reaped by ``wait()`` or ``poll()`` (under a lock, so that a concurrent
-``send_signal`` never uses a closed, reused fd number), and with the Popen at
-the latest. Where the kernel has no ``pidfd_open`` (Linux < 5.3), or it
-fails (EMFILE), Popen does what CPython's does.
+CPython's ``send_signal`` polls, then ``os.kill(self.pid)``: a reap in
+between lets the signal hit whoever got the pid; a pidfd fails with ESRCH.
+It is opened when first needed (most Popens are only waited for, and one per
+spawn would cost kernel work, docs/benchmark.md), from the pid, so it is kept
+only where ``waitid(P_PIDFD, WNOWAIT)`` finds a child of this process: a
+stranger that took the pid gets no signal. It is O_CLOEXEC, closed at the
+reap under a lock (so a concurrent ``send_signal`` never uses a reused fd
+number) or with the Popen. Without ``pidfd_open``, Popen does as CPython's.
 """
 from __future__ import annotations
 
@@ -43,14 +26,11 @@ __all__ = ["PidfdMixin"]
 # never blocks; see _native.capi).
 _close_fd = _capi.close_fd
 
-#: Serialises opening, using and closing every Popen's pidfd: all three are
-#: rare (only where a caller needs the pidfd), and one lock needs no lazy
-#: creation of its own.
+#: Serialises opening, using and closing every Popen's pidfd (all rare).
 _LOCK = threading.Lock()
 
-#: Whether this process has kept a pidfd for any Popen yet: until then none
-#: can be open, and rdmaspawn.Popen's ``_wait`` skips looking for one. Only
-#: ever set (under _LOCK), never cleared.
+#: Whether any Popen has kept a pidfd yet (set under _LOCK, never cleared):
+#: until then rdmaspawn.Popen's ``_wait`` skips looking for one.
 any_opened = False
 
 #: The longest one poll() may sleep: its timeout is an int of milliseconds.
@@ -80,11 +60,8 @@ def _is_our_child(fd: int) -> bool:
 
 
 class _Pidfd:
-    """An open pidfd, closed by :meth:`close` or when this object goes: with
-    the Popen that holds it, so that a Popen dropped unwaited closes it
-    without a ``__del__`` of its own, which every Popen would pay for
-    (CPython's ``__del__`` keeps a Popen whose child still runs until a later
-    ``Popen()`` reaps it; its pidfd goes with it then)."""
+    """An open pidfd, closed by :meth:`close` or with the Popen that holds it:
+    no ``__del__`` on Popen, which every Popen would pay for."""
 
     __slots__ = ("fd",)
 
@@ -150,12 +127,8 @@ class PidfdMixin:
         if held is not None:
             held.close()
 
-    # Reaped: by wait() (_wait), by poll() (ECHILD included: it then sets
-    # returncode itself), or by CPython's _cleanup() of a dropped Popen, which
-    # then lets the Popen go, and its _Pidfd with it; the close follows each
-    # of the first two (not _handle_exitstatus: one call fewer on every
-    # Popen's way). An open that raced with the reap finds returncode set,
-    # under the lock.
+    # Closed after a reap by wait() or poll() (not in _handle_exitstatus: one
+    # call fewer on every Popen's way); _cleanup() drops the Popen with it.
     def poll(self) -> int | None:
         returncode: int | None = super().poll()  # type: ignore[misc]
         if returncode is not None and self._pidfd is not None:

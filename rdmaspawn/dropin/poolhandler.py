@@ -1,22 +1,13 @@
 """multiprocessing.Pool: a worker that cannot be started fails the job instead of hanging it.
 
-A Pool replaces workers that exit (``maxtasksperchild``, a crash) from its
-worker-handler thread. If starting one raises -- ``rdmaspawn.guard("raise")``
-refusing the fork of a process that took DONTFORK memory after the pool was
-made, or a plain ``EAGAIN`` -- CPython's handler thread dies with the
-exception on stderr, and every ``map()``/``get()`` waiting on the pool waits
-forever. With :func:`install`, that exception is delivered instead: every
-result waiting on the pool raises it, and the pool is closed (later
-submissions raise "Pool not running"; ``close()``/``terminate()``/``join()``
-and ``with`` work as usual).
-
-CPython's private part used here, the same on 3.9-3.13 (``Lib/multiprocessing/pool.py``):
-``Pool._maintain_pool(ctx, Process, processes, pool, ...)`` is the static
-method the handler thread calls to replace workers, ``pool`` being the Pool's
-``_pool`` list; ``Pool._cache`` maps job ids to the waiting results, whose
-``_set(i, (False, exc))`` delivers a failure (an ``ApplyResult`` at once, a
-``MapResult`` once per outstanding chunk, an ``IMapIterator`` at its next
-index).
+A Pool's worker-handler thread replaces workers that exit; if starting one
+raises (``guard("raise")`` refusing the fork, ``EAGAIN``), CPython's thread
+dies and every ``map()``/``get()`` waits forever. With :func:`install` every
+result waiting on the pool raises it instead, and the pool is closed.
+CPython's private part, the same on 3.9-3.13 (``Lib/multiprocessing/pool.py``):
+the static ``Pool._maintain_pool(ctx, Process, processes, pool, ...)``, and
+``Pool._cache`` of the waiting results, whose ``_set(i, (False, exc))``
+delivers a failure.
 """
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """``rdmaspawn.Popen`` and the module functions of ``subprocess``.
 
-``Popen`` is CPython's own ``subprocess.Popen``, running CPython's own
-``_execute_child`` of the running version, with one difference: both
-primitives that start a child, ``fork_exec`` and the ``posix_spawn``
-shortcut, are the engine's (``_forkexec``, ``_posixspawn``), so every child
-is created with CLONE_VM. Argument handling, the choice of path, PATH search,
-pipes, errors, ``communicate`` and friends are therefore exactly CPython's,
-on every version.
-
-The module functions (``run``, ``call``, ...) are CPython's too, rebound to a
-namespace in which ``Popen`` is ours.
+CPython's own ``subprocess.Popen`` and functions, rebound to a namespace in
+which both primitives that start a child (``fork_exec`` and ``_posix_spawn``)
+are the engine's: everything else is exactly CPython's, on every version.
 """
 from __future__ import annotations
 
@@ -37,16 +30,13 @@ __all__ = [
 ]
 
 
-#: CPython's Popen, as it was at import (patch() changes its attributes,
-#: never the name).
+#: CPython's Popen and its _execute_child, as they were at import (patch()
+#: changes its attributes); None where it has none (the gate refuses Popen()).
 _CPYTHON_POPEN = subprocess.Popen
-#: Its _execute_child, as it was at import: what rdmaspawn.Popen runs.
-#: None where CPython's Popen has none: then the gate refuses Popen() first.
 _CPYTHON_EXECUTE_CHILD: Callable[..., None] | None = getattr(
     subprocess.Popen, "_execute_child", None)
 
-#: This CPython's internals; None where rdmaspawn does not know them (then
-#: Popen() refuses to start, before any of the following is used).
+#: None where rdmaspawn does not know them: Popen() refuses before any use.
 _INTERNALS = _cpython.current()
 
 
@@ -127,13 +117,7 @@ def _rebind(func: Callable[..., Any], qualname: str,
     """CPython's ``func`` (with ``code`` in place of its own) run in our namespace."""
     if func.__code__.co_freevars:  # pragma: no cover - a CPython we do not know
         raise RuntimeError(f"subprocess.{func.__qualname__} has a closure; cannot rebind")
-    new = types.FunctionType(code or func.__code__, _NS, func.__name__,
-                             func.__defaults__, func.__closure__)
-    new.__kwdefaults__ = func.__kwdefaults__
-    new.__doc__ = func.__doc__
-    new.__module__ = "rdmaspawn"
-    new.__qualname__ = qualname
-    return new
+    return _execute_child.rebuilt(func, code or func.__code__, _NS, "rdmaspawn", qualname)
 
 
 class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
@@ -247,14 +231,11 @@ def _execute_child_method() -> Callable[..., None]:
 Popen.__module__ = "rdmaspawn"
 _NS["Popen"] = Popen
 
-# What Popen adds to CPython's __init__, the SIGINT hold, cost more as Python
-# frames than the hold itself, on every Popen: __init__ is a C method
-# (csrc/python/popen_init.c) that takes the plain call to CPython's __init__
-# under the hold, and hands any other to its face: a Python function made
-# here from CPython's own (its parameters, from its code object: start-up
-# has no inspect) plus the setup keywords, whose one statement hands every
-# value to the C body, which holds SIGINT around the __init__ to call. The
-# method answers introspection with the face's answers, as CPython's does.
+# The SIGINT hold as Python frames would cost more than the hold, on every
+# Popen: __init__ is a C method (csrc/python/popen_init.c) that takes the
+# plain call itself and hands any other, and introspection, to its face: a
+# function made here from CPython's parameters (its code object: start-up
+# has no inspect) plus the setup keywords, calling the C body.
 _CPYTHON_INIT = subprocess.Popen.__init__
 _NO_DEFAULT = object()  # a parameter without one: always passed on
 
@@ -264,7 +245,7 @@ def _init_parameters() -> tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...
     """CPython's positional parameters (self first) and keyword-only ones,
     and each one's default (:data:`_NO_DEFAULT` where it has none)."""
     code = _CPYTHON_INIT.__code__
-    if code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_posonlyargcount:
+    if code.co_flags & (_cpython.CO_VARARGS | _cpython.CO_VARKEYWORDS) or code.co_posonlyargcount:
         raise _cpython.UnsupportedPython(
             "subprocess.Popen.__init__ takes *args, **kwargs or positional-only "
             "parameters: rdmaspawn.Popen cannot pass them on")
@@ -277,7 +258,6 @@ def _init_parameters() -> tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...
             tuple(kwdefaults.get(name, _NO_DEFAULT) for name in kwonly))
 
 
-_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
 try:
     _POSITIONAL, _KWONLY, _POSITIONAL_DEFAULTS, _KWONLY_DEFAULTS = _init_parameters()
     _init_error: _cpython.UnsupportedPython | None = None

@@ -1,30 +1,16 @@
 """multiprocessing without fork: a default start method; the contexts get_context() makes.
 
-On Linux, CPython 3.9-3.13 start multiprocessing's workers with ``fork`` unless
-the program picks a method (3.14 made ``forkserver`` the default). A fork
-child of a process that holds MADV_DONTFORK memory dies with SIGSEGV, and
-``multiprocessing.Pool`` then restarts workers forever. ``rdmaspawn.patch()``
-cannot help there: the fork is the start method itself. Two ways out:
-
-- :func:`prefer_start_method` changes the *default*, as 3.14 does, without
-  choosing for the program: ``multiprocessing.set_start_method()`` still
-  works afterwards (it would raise "context has already been set" had we
-  called it), ``get_context("fork")`` still forks, and once anything used the
-  default (``get_start_method()``, ``Pool()``, ...) we leave it alone.
-- ``rdmaspawn.get_context()`` (:func:`rdmaspawn.dropin.patch.get_context`)
-  returns a context for ``DataLoader(multiprocessing_context=)``,
-  ``ProcessPoolExecutor(mp_context=)`` and ``Pool``: an explicit choice.
-
-Both start the forkserver (or each spawn child) and the resource tracker
-through ``_posixsubprocess.fork_exec``, which forks on 3.9 and, on
-3.10-3.13, wherever ``subprocess._USE_VFORK`` is false: they go through the engine once
-``patch()`` is in force, which ``get_context()`` ensures.
-
-CPython's private part used here, the same on 3.9-3.15:
-``multiprocessing.context._default_context`` is a ``DefaultContext`` whose
-``_default_context`` attribute is the context used when the program chose
-none, and whose ``_actual_context`` stays ``None`` until something chose or
-used one.
+CPython 3.9-3.13 start multiprocessing's workers with ``fork`` unless told
+otherwise; a fork child of a process holding MADV_DONTFORK memory dies, and
+``patch()`` cannot help, the fork being the start method. So
+:func:`prefer_start_method` changes the *default*, as 3.14 does, without
+choosing for the program (``set_start_method()`` still works, and once
+anything used the default it is left alone); ``rdmaspawn.get_context()`` is
+an explicit choice. Both start their processes through ``fork_exec``, the
+engine's once ``patch()`` is in force. CPython's private part, the same on
+3.9-3.15: ``multiprocessing.context._default_context``'s ``_default_context``
+(the context used when none was chosen) and ``_actual_context`` (None until
+one was chosen or used).
 """
 from __future__ import annotations
 
