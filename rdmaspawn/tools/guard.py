@@ -1,39 +1,30 @@
 """Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
 
-:func:`guard` wraps ``os.fork`` and ``os.forkpty`` (what ``multiprocessing``'s
-"fork" and ``pty.fork()`` call) and fork_exec's names
-(``rdmaspawn.dropin.cpython.fork_exec_places()``), the latter only for the
-calls that really fork (``preexec_fn``, ``user``/``group``/``extra_groups``,
-3.9, ``_USE_VFORK`` false on 3.10-3.13: ``cpython``'s to say). Where a fork()
-child would trip on ``MADV_DONTFORK`` memory (the doctor's rule,
-:func:`rdmaspawn._host.forkrisk.fork_hazards`) it warns with
-:class:`ForkHazardWarning` (and forks) or raises :class:`ForkHazardError` (and
-no child is left).
-
-``os.fork`` forks with its child held before it runs any of the program's
-code (``csrc/forkwatch.c``) and compares the kernel's ``total_vm`` of both,
-which costs the same at any number of mappings; only where they differ is
-``/proc/self/smaps`` read (:mod:`.forklook`, :mod:`.devicememo`), and a
-refused child is killed unrun. ``fork_exec`` forks and execs inside one C
-call, so nothing can be held there: smaps is read before the call.
+:func:`guard` wraps ``os.fork``, ``os.forkpty`` and fork_exec's names
+(``rdmaspawn.dropin.cpython.fork_exec_places()``, only for the calls that
+really fork: ``cpython``'s to say). Where a fork() child would trip on
+``MADV_DONTFORK`` memory (the doctor's rule, ``_host.forkrisk``) it warns
+with :class:`ForkHazardWarning` or raises :class:`ForkHazardError` (no child
+is left). ``os.fork`` forks with its child held before it runs
+(``csrc/forkwatch.c``) and compares the kernel's ``total_vm`` of both, which
+costs the same at any number of mappings; only where they differ is smaps
+read (:mod:`.forklook`, :mod:`.devicememo`). ``fork_exec`` forks and execs
+in one C call, so smaps is read before it.
 
 Every wrapper sets ``__wrapped__`` to what it replaced and looks it up at
-each call, so :func:`unguard` can put back what it replaced, or splice ours
-out of a chain below the attribute; failing both (a wrapper that does not
-follow this convention), ours stays there as a pass-through. A ``fork_exec``
-replacement that forks only to run a ``preexec_fn`` (the engine's) says so
-with ``__rdmaspawn__`` or ``__rdmaspawn_forks_only_for_preexec_fn__`` (or by
-living under ``rdmaspawn``), and only such calls are checked; it should hand
-them to the function it replaced, so that a guard applied before it still
-sees them.
+each call, so :func:`unguard` can put back what it replaced or splice ours
+out of a chain; failing both, ours stays there as a pass-through. A
+``fork_exec`` replacement that forks only for a ``preexec_fn`` (the
+engine's) says so with ``__rdmaspawn__`` or
+``__rdmaspawn_forks_only_for_preexec_fn__`` (or by living under
+``rdmaspawn``), and only such calls are checked.
 
 ``RDMASPAWN=on`` loads this module into every interpreter at its first fork
-(start-up's stand-ins at ``os.fork``, ``rdmaspawn._startup.standin``, which
-each function here that reads or changes the guard's state first lets give
-way), so it holds only the wrappers and their state and imports nothing
-start-up has not loaded: /proc, the C core, warnings and CPython's table are
-imported at a fork or a spawn. At shutdown those imports fail (no
-sys.meta_path): the fork then goes ahead unlooked, as after any failed look.
+(start-up's stand-ins, ``rdmaspawn._startup.standin``, which each function
+here that reads or changes the guard's state first lets give way), so it
+imports nothing start-up has not loaded; the rest comes at a fork or a
+spawn. At shutdown those imports fail: the fork goes ahead unlooked, as
+after any failed look.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
