@@ -27,7 +27,13 @@ NOT_EXECUTABLE = 126
 USAGE = 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _fail(message: str, status: int) -> int:
+    sys.stderr.write(f"rdmaspawn run: {message}\n")
+    return status
+
+
+def main(argv: Sequence[str]) -> int:
+    """Exec CMD (no return) or return the status of a failure to start it."""
     parser = argparse.ArgumentParser(
         prog="rdmaspawn run",
         usage="rdmaspawn run [options] -- CMD [ARGS...]",
@@ -51,17 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="each Python process says on stderr what it applied")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
-    return parser
-
-
-def _fail(message: str, status: int) -> int:
-    sys.stderr.write(f"rdmaspawn run: {message}\n")
-    return status
-
-
-def main(argv: Sequence[str]) -> int:
-    """Exec CMD (no return) or return the status of a failure to start it."""
-    ns = _parser().parse_args(list(argv))
+    ns = parser.parse_args(list(argv))
     command: list[str] = ns.command
     if command and command[0] == "--":
         command = command[1:]

@@ -81,25 +81,21 @@ def decide(facts: NodeFacts, env: Mapping[str, str], require_device: bool = Fals
                           f"{protection.text}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rdmaspawn taskprolog",
-        description=f"For a Slurm TaskProlog: print '{EXPORT_LINE}' where this node is "
-                    "affected by the MADV_DONTFORK hazard (the doctor's rule), nothing "
-                    "elsewhere. Always exits 0. See docs/slurm.md.",
-    )
-    parser.add_argument("--require-device", action="store_true",
-                        help=f"affected only where an RDMA device exists ({RDMA_DEVICES_DIR})")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="say on stderr what was decided and why")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the export line or nothing; return 0 whatever happens."""
     verbose = False
     try:
-        ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        parser = argparse.ArgumentParser(
+            prog="rdmaspawn taskprolog",
+            description=f"For a Slurm TaskProlog: print '{EXPORT_LINE}' where this node is "
+                        "affected by the MADV_DONTFORK hazard (the doctor's rule), nothing "
+                        "elsewhere. Always exits 0. See docs/slurm.md.",
+        )
+        parser.add_argument("--require-device", action="store_true",
+                            help=f"affected only where an RDMA device exists ({RDMA_DEVICES_DIR})")
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="say on stderr what was decided and why")
+        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         verbose = ns.verbose
         decision = decide(node_facts(), os.environ, ns.require_device)
         if decision.export:
