@@ -1,37 +1,24 @@
 """Plant the real MADV_DONTFORK hazard in the current process.
 
 Once ``ibv_fork_init()`` has run, libibverbs marks every registered buffer
-``MADV_DONTFORK``, rounded out to whole pages.  When such a page also holds
-malloc's own bookkeeping, the child of a ``fork()`` finds that page missing:
-glibc's fork handlers (``__malloc_fork_unlock_child``) walk every arena and
-write its mutex, and the child dies with SIGSEGV before it can ``exec``.  A
-child started with ``CLONE_VM`` (``posix_spawn``, ``vfork``, rdmaspawn) shares
-the parent's memory and never notices.
+``MADV_DONTFORK``, rounded out to whole pages. Where such a page also holds a
+malloc arena, a ``fork()`` child dies with SIGSEGV before it can ``exec``:
+glibc's fork handler (``__malloc_fork_unlock_child``) writes every arena's
+mutex. A ``CLONE_VM`` child (``posix_spawn``, ``vfork``, rdmaspawn) shares the
+parent's memory and never notices.
 
-:func:`plant` reproduces this without RDMA hardware, with ctypes only:
-
-1. In a fresh thread, ``malloc()`` a buffer.  glibc serves a new thread from a
-   thread arena: a heap aligned to ``HEAP_MAX_SIZE`` (64 MiB on 64-bit) whose
-   first page holds the ``heap_info`` header and the arena (``malloc_state``,
-   mutex first).  On a fresh arena the buffer starts on that same page.
-2. Mark the buffer's pages ``MADV_DONTFORK`` -- through libibverbs
-   (``ibv_fork_init()`` then ``ibv_dontfork_range()``, what ``ibv_reg_mr()``
-   does) or with a direct ``madvise()``.  If the buffer does not share a page
-   with the arena (a reused arena, or a small request served from the
-   thread's tcache out of another arena), the arena's page is marked directly,
-   so the hazard is planted every time rather than most of the time.
-3. Check ``/proc/self/smaps``: the arena's page must carry the ``dc``
-   ("do not copy on fork") flag, or :func:`plant` raises.
-
-The hazard cannot be undone: planting leaks the buffer on purpose and the
-process should not ``fork()`` afterwards.  Plant it only in a throwaway
-process (the tests run it in a child interpreter).  Linux with glibc only.
+:func:`plant` does this without RDMA hardware, with ctypes: a fresh thread's
+``malloc()`` comes from a fresh thread arena, whose first page holds the
+``malloc_state``; the buffer's pages (or, where the buffer does not share that
+page, the arena's) are marked through libibverbs (``ibv_dontfork_range()``, as
+``ibv_reg_mr()`` does) or with ``madvise()``, and smaps must then show the
+arena's page marked. There is no undo: plant it only in a throwaway process.
+Linux with glibc only.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import dataclasses
 import os
 import threading
@@ -51,10 +38,8 @@ INSTALL_VERBS = "apt-get install libibverbs1, or dnf install libibverbs"
 
 MADV_DONTFORK = 10
 
-# Above tcache's largest size (1032 bytes) so it cannot come back from a
-# tcache holding another arena's chunk, and well below the mmap threshold
-# (128 KiB at start) so it comes from the thread's arena.  A realistic size
-# for a small registered buffer.
+# Above tcache's largest size (1032 bytes), so not another arena's chunk from
+# the tcache, and below the mmap threshold (128 KiB), so from the thread's arena.
 _BUFFER_SIZE = 16 * 1024
 
 # ibv_is_fork_initialized() results.  rdma-core added the call in v35; an
@@ -104,10 +89,8 @@ def _find_arena(buf: int, page: int) -> int:
     maps = parse_maps(read_maps())
     heap = thread_heap_base(buf, maps)
     if heap is None:
-        raise HazardError(
-            "the fresh thread's malloc() did not come from a thread arena "
-            "(main arena reused: too many arenas, or not glibc malloc)"
-        )
+        raise HazardError("the fresh thread's malloc() did not come from a thread arena "
+                          "(main arena reused: too many arenas, or not glibc malloc)")
     # heap_info.ar_ptr is the first field.  In an arena's first heap the
     # malloc_state follows heap_info on the same page; in a later heap it
     # points back into the first one.  Both reads are of memory that maps
@@ -171,10 +154,8 @@ def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
         return None, None, f"cannot load {VERBS_LIBRARY} (to get it: {INSTALL_VERBS})"
     before = _fork_state(verbs)
     if before == "unneeded":
-        return None, None, (
-            "ibv_is_fork_initialized() says fork support is unneeded "
-            "(kernel copy-on-fork): libibverbs will not mark DONTFORK"
-        )
+        return None, None, ("ibv_is_fork_initialized() says fork support is unneeded "
+                            "(kernel copy-on-fork): libibverbs will not mark DONTFORK")
     # ibv_fork_init() must come before any registration, so before the
     # buffer exists; like ibv_reg_mr(), ibv_dontfork_range() then marks it.
     rc = verbs.ibv_fork_init()
@@ -201,33 +182,19 @@ def verbs_available() -> bool:
 def plant(method: str = "auto") -> Hazard:
     """Plant the DONTFORK-over-malloc-arena hazard in this process; return what was marked.
 
-    ``method``:
-
-    - ``"verbs"``: the real libibverbs (``libibverbs.so.1``): ``ibv_fork_init()``
-      then ``ibv_dontfork_range()``.  Raises :class:`HazardError` if the library
-      is missing, if ``ibv_fork_init()`` fails (``EINVAL``: memory was registered
-      before it), or if it reports fork support "unneeded" (a kernel with
-      copy-on-fork for RDMA pages and ib_core loaded: libibverbs then marks
-      nothing).
-    - ``"madvise"``: ``madvise(MADV_DONTFORK)`` directly, no libibverbs.
-    - ``"auto"``: ``"verbs"`` if libibverbs loads and can plant (fork support
-      not "unneeded", ``ibv_fork_init()`` succeeds), else ``"madvise"``.
-
-    Afterwards every ``fork()`` child of this process (``os.fork()``,
-    ``subprocess`` where it forks, ``multiprocessing`` "fork") dies with SIGSEGV
-    before running any code; ``CLONE_VM`` children (``os.posix_spawn``,
-    rdmaspawn) are unaffected.  There is no undo.
+    ``method``: ``"verbs"``, the real ``libibverbs.so.1`` (:class:`HazardError`
+    if it is missing, if ``ibv_fork_init()`` fails, or if it reports fork
+    support "unneeded": it then marks nothing); ``"madvise"``, no libibverbs;
+    ``"auto"``, ``"verbs"`` where it can plant, else ``"madvise"``. Afterwards
+    every ``fork()`` child of this process dies with SIGSEGV before running any
+    code; ``CLONE_VM`` children are unaffected.
     """
     if method not in ("auto", "verbs", "madvise"):
         raise ValueError(f"method must be 'auto', 'verbs' or 'madvise', not {method!r}")
 
-    verbs: ctypes.CDLL | None = None
-    before: str | None = None
-    fallback: str | None = None
-    if method in ("auto", "verbs"):
-        verbs, before, fallback = _armed_verbs()
-        if verbs is None and method == "verbs":
-            raise HazardError(fallback)
+    verbs, before, fallback = _armed_verbs() if method != "madvise" else (None, None, None)
+    if verbs is None and method == "verbs":
+        raise HazardError(fallback)
 
     libc = _libc()
     page = os.sysconf("SC_PAGESIZE")
@@ -240,17 +207,8 @@ def plant(method: str = "auto") -> Hazard:
         rc = verbs.ibv_dontfork_range(start, length)
         if rc != 0:
             raise HazardError(f"ibv_dontfork_range() failed: {os.strerror(abs(rc))}")
-        after = _fork_state(verbs)
-        hazard = Hazard(
-            "verbs",
-            library_path("libibverbs.so"),
-            start,
-            length,
-            arena,
-            buf,
-            before,
-            after,
-        )
+        hazard = Hazard("verbs", library_path("libibverbs.so"), start, length, arena, buf,
+                        before, _fork_state(verbs))
     else:
         if libc.madvise(start, length, MADV_DONTFORK) != 0:
             err = ctypes.get_errno()
@@ -258,7 +216,6 @@ def plant(method: str = "auto") -> Hazard:
         hazard = Hazard("madvise", None, start, length, arena, buf, fallback=fallback)
 
     if not is_dontfork(arena):
-        raise HazardError(
-            f"{hazard.method} reported success but the arena page at {arena:#x} is not DONTFORK"
-        )
+        raise HazardError(f"{hazard.method} reported success but the arena page at "
+                          f"{arena:#x} is not DONTFORK")
     return hazard

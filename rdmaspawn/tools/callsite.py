@@ -1,11 +1,9 @@
 """Call a function as if from its caller's line, so that C warnings blame the caller.
 
-A warning that C code raises (CPython's os.fork() DeprecationWarning about
-threads, from 3.12) names the innermost Python frame: under guard() that is
-the guard's wrapper in this package, so the warning would name
-tools/guard.py and a filter on the caller's module would miss it. :func:`call_from` makes the call
-from a frame that has the caller's globals (module name, warning registry),
-file name and line, which is all a warning reads from a frame.
+A warning raised in C (3.12+'s os.fork() DeprecationWarning about threads)
+names the innermost Python frame, under guard() the guard's wrapper, so a
+filter on the caller's module would miss it. :func:`call_from` makes the call
+from code with the caller's globals, file name and line: all a warning reads.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """``rdmaspawn demo``: watch a fork()ed child die where rdmaspawn's child lives.
 
-Everything dangerous happens in a child interpreter of the demo's own: it
-plants the real hazard (:func:`rdmaspawn.testing.hazard.plant`: libibverbs'
-``ibv_dontfork_range()`` when it can, else ``madvise(MADV_DONTFORK)``, over a
-malloc arena), and the demo, from outside, asks the doctor about that
-process.  Then the child starts ``true`` three ways -- ``os.fork()`` + exec,
-``subprocess`` with a ``preexec_fn`` (which forks), and ``rdmaspawn.Popen`` --
-and reports how each ended.  The calling process never plants anything, so it
-cannot crash.
-
-Exit status 0 when the demonstration went as expected: the fork()-based
-children died of a signal and rdmaspawn's exited 0.
+A child interpreter plants the real hazard (:func:`rdmaspawn.testing.hazard.plant`),
+the demo asks the doctor about it from outside, and the child then starts
+``true`` by ``os.fork()`` + exec, by ``subprocess`` with a ``preexec_fn`` and by
+``rdmaspawn.Popen``: the calling process never plants anything, so it cannot
+crash. Exit status 0 when the fork()ed children died of a signal and
+rdmaspawn's exited 0.
 """
 
 from __future__ import annotations
@@ -37,10 +32,8 @@ def say(**kw):
     sys.stdout.write(json.dumps(kw) + "\n")
     sys.stdout.flush()
 
-def describe(status):
-    if os.WIFSIGNALED(status):
-        return "killed by " + signal.Signals(os.WTERMSIG(status)).name
-    return "exit %d" % os.WEXITSTATUS(status)
+def describe(rc):
+    return ("killed by " + signal.Signals(-rc).name) if rc < 0 else "exit %d" % rc
 
 TRUE = sys.argv[1]
 from rdmaspawn.testing.hazard import plant
@@ -55,15 +48,12 @@ if pid == 0:
         os.execv(TRUE, [TRUE])
     finally:
         os._exit(127)
-say(step="os.fork", result=describe(os.waitpid(pid, 0)[1]))
-
-rc = subprocess.run([TRUE], preexec_fn=lambda: None).returncode
-say(step="preexec_fn", result=("killed by " + signal.Signals(-rc).name) if rc < 0 else "exit %d" % rc)
+say(step="os.fork", result=describe(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))
+say(step="preexec_fn", result=describe(subprocess.run([TRUE], preexec_fn=lambda: None).returncode))
 
 import rdmaspawn
 try:
-    rc = rdmaspawn.Popen([TRUE]).wait()
-    say(step="rdmaspawn", result=("killed by " + signal.Signals(-rc).name) if rc < 0 else "exit %d" % rc)
+    say(step="rdmaspawn", result=describe(rdmaspawn.Popen([TRUE]).wait()))
 except Exception as e:
     say(step="rdmaspawn", result="error: %s: %s" % (type(e).__name__, e))
 """
@@ -155,11 +145,8 @@ def _doctor_line(doctor: Any, pid: int) -> str:
         return f"could not inspect ({e})"
     if report.ok:
         return "OK"
-    worst = report.findings[0] if report.findings else None
-    for f in report.findings:
-        if f.risk == "high":
-            worst = f
-            break
+    worst = next((f for f in report.findings if f.risk == "high"),
+                 report.findings[0] if report.findings else None)
     if worst is None:
         return str(report.verdict)
     return f"{str(report.verdict)} -- {worst.kind} at 0x{worst.mapping.start:x} ({worst.risk})"
@@ -173,8 +160,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "rdmaspawn demo") -> int
                     "memory, and rdmaspawn's child succeeding in the same process.",
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
-    args = parser.parse_args(argv)
-    return run_demo(timeout=args.timeout)
+    return run_demo(timeout=parser.parse_args(argv).timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,16 +1,12 @@
 """Which marked memory a fork() child goes without, known harmless, remembered between forks.
 
-Drivers mark some of their mappings ``VM_DONTCOPY`` themselves (see
-:mod:`rdmaspawn._host.procfs`), and the guard does not count those; but
-``fork()`` leaves them out of the child all the same, so in a process that
-holds them the guard's count of pages left out (``csrc/forkwatch.c``) is never
-zero. Each look at ``/proc/self/smaps`` records how many pages each
-device-file mapping has marked; a later fork whose count of pages left out is
-exactly their sum, with the same device mappings there (read from
-``/proc/self/maps``, which walks no page tables), lacks nothing else. The
-fork repair's own exact marks (a registration's inner pages,
-:func:`rdmaspawn._native.forkrepair.vouches`) are remembered the same way,
-by their address range: they stay marked while the registration lives.
+Drivers mark some of their mappings ``VM_DONTCOPY`` themselves, and the guard
+does not count those, but a held child's count of pages left out includes
+them. Each look at smaps records each device mapping's marked pages, and the
+fork repair's own exact marks (:func:`rdmaspawn._native.forkrepair.vouches`)
+by address range; a later fork that lacks exactly their sum, with the same
+device mappings in ``/proc/self/maps`` (which walks no page tables), lacks
+nothing else.
 """
 
 from __future__ import annotations

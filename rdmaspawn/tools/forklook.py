@@ -2,13 +2,9 @@
 MADV_DONTFORK memory, what to tell the caller, and whether a ``fork_exec``
 call forks at all.
 
-The guard (:mod:`.guard`) is loaded into every interpreter that
-``RDMASPAWN=on`` starts, so it holds only what a wrapper needs to be in
-place; this module is what a wrapper needs when a fork comes, imported then,
-so that an interpreter that never forks never loads it. Everything here may raise ``OSError`` or
-``ImportError`` (a /proc it cannot read, no descriptor left, no import at
-interpreter shutdown): the guard takes that as a failed look and lets the
-fork go ahead, as it goes unguarded.
+Imported at the first fork, so that an interpreter that never forks never
+loads it. Anything here may raise ``OSError`` or ``ImportError``: the guard
+takes that as a failed look and lets the fork go ahead.
 """
 from __future__ import annotations
 

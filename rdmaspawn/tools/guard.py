@@ -1,67 +1,30 @@
 """Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
 
-:func:`guard` wraps the module attributes through which Python code forks:
+:func:`guard` wraps ``os.fork``, ``os.forkpty`` and fork_exec's names
+(``rdmaspawn.dropin.cpython.fork_exec_places()``, only for the calls that
+really fork: ``cpython``'s to say). Where a fork() child would trip on
+``MADV_DONTFORK`` memory (the doctor's rule, ``_host.forkrisk``) it warns
+with :class:`ForkHazardWarning` or raises :class:`ForkHazardError` (no child
+is left). ``os.fork`` forks with its child held before it runs
+(``csrc/forkwatch.c``) and compares the kernel's ``total_vm`` of both, which
+costs the same at any number of mappings; only where they differ is smaps
+read (:mod:`.forklook`, :mod:`.devicememo`). ``fork_exec`` forks and execs
+in one C call, so smaps is read before it.
 
-- ``os.fork`` (also what ``multiprocessing``'s "fork" start method calls) and
-  ``os.forkpty`` (what ``pty.fork()`` calls);
-- ``_posixsubprocess.fork_exec`` and, on 3.11+, ``subprocess._fork_exec`` (the
-  name ``subprocess.Popen`` calls), but only for the calls that really fork:
-  always on 3.9; on 3.10+ when ``preexec_fn`` is given, when ``user``/
-  ``group``/``extra_groups`` are, or (3.10-3.13) when ``subprocess._USE_VFORK``
-  is false; 3.14 has no such flag and ignores one set by hand.
+Every wrapper sets ``__wrapped__`` to what it replaced and looks it up at
+each call, so :func:`unguard` can put back what it replaced or splice ours
+out of a chain; failing both, ours stays there as a pass-through. A
+``fork_exec`` replacement that forks only for a ``preexec_fn`` (the
+engine's) says so with ``__rdmaspawn__`` or
+``__rdmaspawn_forks_only_for_preexec_fn__`` (or by living under
+``rdmaspawn``), and only such calls are checked.
 
-If the process holds ``MADV_DONTFORK`` memory that a fork() child trips on
-(the doctor's rule, :func:`rdmaspawn._host.forkrisk.fork_hazards`: device
-memory and a buffer on pages of its own left out), it warns with :class:`ForkHazardWarning` (and forks) or raises
-:class:`ForkHazardError` (and no child is left). How it knows:
-
-- ``os.fork``/``os.forkpty``: the fork goes ahead with its child held before
-  it runs any of the program's code (``csrc/forkwatch.c``), and the kernel's
-  own count says whether the child lacks pages: ``total_vm`` from
-  ``/proc/PID/statm``, read before and after, which costs the same at any
-  number of mappings.  Only where the counts differ does the guard read
-  ``/proc/self/smaps`` (:func:`_after_fork`, through :mod:`.forklook`); a refused child is killed
-  before it runs and reaped.  The same count of pages every time, all of it
-  device memory already seen, is answered from ``/proc/self/maps`` (see
-  :mod:`.devicememo`).
-- ``fork_exec``, and a build without the C core: ``/proc/self/smaps``,
-  searched before the call (:func:`_check`): ``fork_exec`` forks and execs
-  inside one C call, so nothing can be held there.
-
-Composition with ``rdmaspawn.patch()`` and other wrappers -- the convention:
-
-- Every wrapper sets ``__wrapped__`` to what it replaced.  Our wrappers also
-  carry ``__rdmaspawn_guard__ = True``.
-- Wrappers look up ``__wrapped__`` at each call (ours and the rdmaspawn
-  engine's), so a link can be taken out of a chain by rewriting the
-  ``__wrapped__`` of the wrapper above it.
-- :func:`unguard` puts back what it replaced where the attribute is still our
-  wrapper, and otherwise splices our wrapper out of the ``__wrapped__`` chain
-  below the attribute; failing both (a wrapper that does not follow this
-  convention), ours stays in that chain as a pass-through.
-- A ``fork_exec`` replacement that forks only to run a ``preexec_fn`` (the
-  rdmaspawn engine's) says so with ``__rdmaspawn__ = True`` (or
-  ``__rdmaspawn_forks_only_for_preexec_fn__ = True``, or by living in a module
-  under ``rdmaspawn``); when guard wraps such
-  a function it checks only calls with a ``preexec_fn``.  Such a replacement
-  should hand ``preexec_fn`` calls to the function it replaced, so that a
-  guard applied before it still sees them.
-
-``fork_exec`` is positional only; which argument is which on each version,
-and when CPython's forks rather than vforks, is ``rdmaspawn.dropin.cpython``'s.
-
-Why these pieces share one module: they are one job, putting the guard's
-wrappers in place and taking them off again (what it wraps, the wrappers,
-how a wrapper comes off a chain, how one goes under RDMASPAWN's stand-in
-where it cannot come off), and this is the module ``RDMASPAWN=on`` loads
-into every interpreter that forks, at its first fork (start-up puts
-stand-ins at ``os.fork`` and ``os.forkpty``, see
-``rdmaspawn._startup.standin``; each function here that reads or changes the
-guard's state first lets them give way), where each further module is one
-more import for that interpreter. What a wrapper reads when a fork comes
-(/proc, the doctor's rule, the message, whether a ``fork_exec`` call forks)
-is :mod:`.forklook`'s, loaded at the first fork; ``guarded()``, which no
-fork needs, is :mod:`.guarded`'s.
+``RDMASPAWN=on`` loads this module into every interpreter at its first fork
+(start-up's stand-ins, ``rdmaspawn._startup.standin``, which each function
+here that reads or changes the guard's state first lets give way), so it
+imports nothing start-up has not loaded; the rest comes at a fork or a
+spawn. At shutdown those imports fail: the fork goes ahead unlooked, as
+after any failed look.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -83,14 +46,6 @@ if TYPE_CHECKING:
 
     from .._host.procfs import Mapping
 
-# RDMASPAWN loads this module in every interpreter of a job that forks, so
-# it imports nothing that start-up has not loaded already: the
-# rest (/proc, the C core, warnings, subprocess, CPython's table) is imported
-# where it is used, at a fork or a spawn. At interpreter shutdown those
-# imports fail (sys.meta_path is None): the fork then goes ahead unlooked, as
-# after any failed look, and does what it does unguarded (forks on 3.9-3.11,
-# raises PythonFinalizationError on 3.13+).
-
 __all__ = [
     "ForkHazardError",
     "ForkHazardWarning",
@@ -99,23 +54,19 @@ __all__ = [
     "unguard",
 ]
 
-_PREEXEC_ONLY = "__rdmaspawn_forks_only_for_preexec_fn__"
+
+class _WithMappings(Exception):
+    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
+        super().__init__(message)
+        self.mappings: list[Mapping] = list(mappings)
 
 
-class ForkHazardWarning(RuntimeWarning):
+class ForkHazardWarning(_WithMappings, RuntimeWarning):
     """A fork() is about to run in a process that holds MADV_DONTFORK memory."""
 
-    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
-        super().__init__(message)
-        self.mappings: list[Mapping] = list(mappings)
 
-
-class ForkHazardError(RuntimeError):
+class ForkHazardError(_WithMappings, RuntimeError):
     """A fork() was refused: the process holds MADV_DONTFORK memory (see ``.mappings``)."""
-
-    def __init__(self, message: str, mappings: "Sequence[Mapping]" = ()) -> None:
-        super().__init__(message)
-        self.mappings: list[Mapping] = list(mappings)
 
 
 _lock = _thread.RLock()
@@ -125,73 +76,47 @@ _active: "set[Callable[..., Any]]" = set()
 _installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
-def _check(what: str, passed: int = 0) -> None:
-    """Before a fork: refuse it or warn if the process holds DONTFORK memory.
-    ``passed``: stand-ins' frames between the wrapper and its caller."""
-    mode = _mode
-    if mode is None:
-        return
-    try:
-        # Imported here, at a fork (not at every start under RDMASPAWN=on),
-        # so the import is part of the look: one that fails (no descriptor
-        # to read the module with, no sys.meta_path at shutdown) is a failed
-        # look too.
-        from . import forklook
+def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
+    """Refuse the fork or warn if the process holds DONTFORK memory a child trips on.
 
-        maps = forklook.hazards_now()
-        msg = forklook.message(what, maps) if maps else ""
-    except (OSError, ImportError):
-        return  # /proc unreadable, or no import at shutdown: never block on a failed look
-    if maps:
-        # stacklevel 5: _hazard -> _check -> wrapper -> the caller of os.fork()/fork_exec().
-        _hazard(mode, msg, maps, stacklevel=5 + passed)
-
-
-def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
-    """The child of a fork is held and lacks ``left_out`` pages (-1: unknown): refuse or warn.
-
-    Called by held_fork (csrc/python/heldfork.c) only where the parent's and
-    the child's total_vm differ. Raising makes it kill the child unrun.
+    Before the fork (``left_out`` None), or with its child held lacking
+    ``left_out`` pages (-1: unknown). ``passed``: stand-ins' frames between
+    the wrapper and its caller; the warning names the frame ``4 + passed`` up.
     """
-    del pid  # the child: held_fork deals with it
     mode = _mode
     if mode is None:
         return
     try:
+        # Imported here, at a fork, so the import is part of the look: one
+        # that fails (no descriptor, no sys.meta_path at shutdown) is a
+        # failed look too, and a failed look never blocks a fork.
         from . import forklook
 
-        maps = forklook.hazards_after_fork(left_out)
+        maps = (forklook.hazards_now() if left_out is None
+                else forklook.hazards_after_fork(left_out))
         msg = forklook.message(what, maps) if maps else ""
     except (OSError, ImportError):
-        return  # /proc (or a module) unreadable, or no import at shutdown: never block a fork
-    if maps:
-        # stacklevel 4: _hazard -> _after_fork -> wrapper (held_fork is C) -> the caller
-        # (and the stand-ins' frames passed between).
-        _hazard(mode, msg, maps, stacklevel=4 + passed)
-
-
-def _unheld(what: str, passed: int) -> None:
-    """held_fork cannot hold the child (no descriptor for its pipe): look before the fork."""
-    # Called from C, as _after_fork is: one frame more than the wrapper's own
-    # _check(), which keeps the warning on the caller's line.
-    _check(what, passed)
-
-
-def _hazard(mode: str, msg: str, maps: "Sequence[Mapping]", stacklevel: int) -> None:
+        return
+    if not maps:
+        return
     if mode == "raise":
         raise ForkHazardError(msg, maps)
     import warnings
 
-    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=stacklevel)
+    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4 + passed)
 
 
-def _fork_exec_would_fork(args: "tuple[Any, ...]", inner: "Any") -> bool:
-    """Whether this call of ``inner`` (a fork_exec) will fork() (see the module docstring)."""
-    try:
-        from .forklook import fork_exec_forks
-    except (ImportError, OSError):
-        return False  # a failed look (at shutdown, say): the call goes ahead, as unguarded
-    return fork_exec_forks(args, _forks_only_for_preexec(inner))
+def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
+    """held_fork's decide() (csrc/python/heldfork.c), called only where the
+    parent's and the child's total_vm differ: raising kills the child unrun."""
+    del pid  # the child: held_fork deals with it
+    _look(what, passed, left_out)
+
+
+def _unheld(what: str, passed: int) -> None:
+    """held_fork cannot hold the child (no descriptor for its pipe): look before the fork."""
+    # A frame of its own, as _after_fork's: the warning stays on the caller's line.
+    _look(what, passed)
 
 
 def _is_engine(fn: "Any") -> bool:
@@ -201,12 +126,8 @@ def _is_engine(fn: "Any") -> bool:
     return module == "rdmaspawn" or module.startswith("rdmaspawn.")
 
 
-def _forks_only_for_preexec(fn: "Any") -> bool:
-    return bool(getattr(fn, _PREEXEC_ONLY, False)) or _is_engine(fn)
-
-
-def _wraps(wrapper: "Any", original: "Any") -> None:
-    """``functools.wraps(original, updated=())`` without importing functools."""
+def _as_wrapper(wrapper: "Any", original: "Any") -> None:
+    """``functools.wraps(original, updated=())`` without importing functools, and our mark."""
     for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
                  "__type_params__"):
         try:
@@ -218,6 +139,7 @@ def _wraps(wrapper: "Any", original: "Any") -> None:
         except (AttributeError, TypeError):
             pass
     wrapper.__wrapped__ = original
+    setattr(wrapper, _MARK, True)
 
 
 def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
@@ -232,8 +154,9 @@ def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]
         def fork() -> "Any":
             # From the caller's line: CPython's warning about forking with
             # threads (3.12+) names the frame that calls os.fork().
-            call_from = _call_from()
-            if call_from is None:  # at shutdown, before any fork loaded it
+            try:
+                from .callsite import call_from
+            except (ImportError, OSError):  # at shutdown, or no descriptor left to read it
                 return inner(*args, **kwargs)
             return call_from(caller, inner, args, kwargs)
 
@@ -241,23 +164,13 @@ def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]
             return fork()
         held = _held_fork()
         if held is None:
-            _check(what, passed)
+            _look(what, passed)
             return fork()
         return held(fork, _functools.partial(_after_fork, what, passed),
                     _functools.partial(_unheld, what, passed))
 
-    _wraps(guarded_fork, original)
-    setattr(guarded_fork, _MARK, True)
+    _as_wrapper(guarded_fork, original)
     return guarded_fork
-
-
-def _call_from() -> "Callable[..., Any] | None":
-    """callsite.call_from, loaded at the first fork (None where it cannot be imported)."""
-    try:
-        from .callsite import call_from
-    except (ImportError, OSError):  # at shutdown, or no descriptor left to read it
-        return None
-    return call_from
 
 
 # csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
@@ -266,26 +179,23 @@ _NOT_LOADED: "Any" = object()
 _held: "Any" = _NOT_LOADED
 
 
-def _held_fork() -> "Callable[..., Any] | None":
+def _held_fork() -> "Any":
     """held_fork, or None where the C core cannot be loaded (or, at shutdown, imported)."""
     global _held
-    held = _held
-    if held is _NOT_LOADED:
+    if _held is _NOT_LOADED:
         try:
             from .._native import capi
         except OSError as exc:  # no descriptor or memory left to load it: try again next time
             if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
                 return None
-            held = None
+            _held = None
         except ImportError:
             if sys.meta_path is None:
                 return None  # at shutdown: not for good, a later fork does not come
-            held = None
+            _held = None
         else:
-            held = capi.held_fork
-        _held = held
-    result: "Callable[..., Any] | None" = held  # noqa: UP037
-    return result
+            _held = capi.held_fork
+    return _held
 
 
 def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]":
@@ -294,14 +204,22 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
-        if (guarded_fork_exec in _active and not _is_engine(inner)
-                and _fork_exec_would_fork(args, inner)):
-            _check(what)
+        if guarded_fork_exec in _active and not _is_engine(inner) and _forks(args, inner):
+            _look(what, 0)
         return inner(*args, **kwargs)
 
-    _wraps(guarded_fork_exec, original)
-    setattr(guarded_fork_exec, _MARK, True)
+    _as_wrapper(guarded_fork_exec, original)
     return guarded_fork_exec
+
+
+def _forks(args: "tuple[Any, ...]", inner: "Any") -> bool:
+    """Whether this call of ``inner`` (a fork_exec) will fork() (see the module docstring)."""
+    try:
+        from .forklook import fork_exec_forks
+    except (ImportError, OSError):
+        return False  # a failed look (at shutdown, say): the call goes ahead, as unguarded
+    return fork_exec_forks(args, bool(getattr(inner, "__rdmaspawn_forks_only_for_preexec_fn__",
+                                              False)))
 
 
 if TYPE_CHECKING:
@@ -312,18 +230,6 @@ _FORKS: "list[_Target]" = [
     (os, "fork", _wrap_fork, "os.fork()"),
     (os, "forkpty", _wrap_fork, "os.forkpty()"),
 ]
-
-
-def _exec_targets() -> "list[_Target]":
-    """fork_exec's names: imports subprocess (see guard())."""
-    import subprocess  # noqa: F401  # its alias of fork_exec is one of the places
-
-    from ..dropin import cpython as _cpython
-
-    return [(owner, attr, _wrap_fork_exec,
-             "subprocess (fork_exec)" if owner.__name__ == "_posixsubprocess"
-             else "subprocess.Popen")
-            for owner, attr in _cpython.fork_exec_places()]
 
 
 def guard(action: str = "warn") -> None:
@@ -339,7 +245,7 @@ def guard(action: str = "warn") -> None:
     before that import (see ``after_subprocess``).
     """
     guard_forks(action)
-    after_subprocess(_guard_exec)
+    after_subprocess(guard_exec)
     # A fork refused in a Pool's worker handler must fail the job, not hang
     # it, however the guard was turned on (now, or when the pool module comes).
     from ..dropin import poolhandler
@@ -348,10 +254,8 @@ def guard(action: str = "warn") -> None:
 
 
 def guard_forks(action: str) -> None:
-    """The part of :func:`guard` for ``os.fork``/``os.forkpty`` alone: what
-    RDMASPAWN's stand-ins of os.fork run at the first fork (the rest comes
-    with the first spawn, see ``rdmaspawn._startup.standin``, and
-    multiprocessing.pool's import)."""
+    """:func:`guard` for ``os.fork``/``os.forkpty`` alone: what RDMASPAWN's
+    stand-ins of os.fork run at the first fork."""
     global _mode
     if action not in ("warn", "raise"):
         raise ValueError(f"action must be 'warn' or 'raise', not {action!r}")
@@ -366,19 +270,28 @@ def guard_forks(action: str) -> None:
 def guard_below(standin: "Any", attr: str) -> None:
     """Guard the calls of RDMASPAWN's stand-in of ``os.<attr>`` that someone
     else's wrapper holds without ``__wrapped__`` (start-up could not take it
-    out): our wrapper goes under it, where it looks each call up.  It acts
-    while the guard is on, as the attribute's does; unguard() leaves it there
-    as a pass-through, as it leaves ours in such a chain."""
-    what = next(w for _, name, _, w in _FORKS if name == attr)
+    out): our wrapper goes under it, acting while the guard is on, and
+    unguard() leaves it there as a pass-through."""
     with _lock:
-        wrapper = _wrap_fork(standin.__wrapped__, what)
+        wrapper = _wrap_fork(standin.__wrapped__, f"os.{attr}()")
         standin.__wrapped__ = wrapper
         _active.add(wrapper)
 
 
-def guard_exec() -> None:
-    """The part of :func:`guard` for fork_exec: wrap its names now (imports subprocess)."""
-    _guard_exec(None)
+def guard_exec(_: "Any" = None) -> None:
+    """:func:`guard` for fork_exec: wrap its names now (imports subprocess)."""
+    _standin.give_way_forks()  # _mode is RDMASPAWN's from here, if it is on
+    with _lock:
+        if _mode is None:  # unguard()ed before subprocess came
+            return
+        import subprocess  # noqa: F401  # its alias of fork_exec is one of the places
+
+        from ..dropin import cpython as _cpython
+
+        _install([(owner, attr, _wrap_fork_exec,
+                   "subprocess (fork_exec)" if owner.__name__ == "_posixsubprocess"
+                   else "subprocess.Popen")
+                  for owner, attr in _cpython.fork_exec_places()])
 
 
 def _marker(action: "str | None") -> None:
@@ -389,13 +302,6 @@ def _marker(action: "str | None") -> None:
         markers.set_guard(action)
     except (ImportError, OSError):  # no C core: no marker, the doctor says "not guarded"
         pass
-
-
-def _guard_exec(_: "Any") -> None:
-    _standin.give_way_forks()  # _mode is RDMASPAWN's from here, if it is on
-    with _lock:
-        if _mode is not None:  # not unguard()ed before subprocess came
-            _install(_exec_targets())
 
 
 def _install(targets: "list[_Target]") -> None:

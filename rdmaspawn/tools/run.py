@@ -1,17 +1,12 @@
 """``rdmaspawn run [options] -- CMD ARGS...``: start a whole job with rdmaspawn in force.
 
-``run`` writes the ``RDMASPAWN`` environment variable (see
-:mod:`rdmaspawn._startup.switch`) and then *becomes* CMD with ``execvp``: no process
-stays in between, and CMD starts as a shell would start it (default
-dispositions for the signals Python ignores, the environment ``run`` was
-given, a script without ``#!`` run by /bin/sh: see :mod:`.shellexec`). So
-every signal sent to ``run``'s pid reaches CMD, CMD's
-exit status is the job's (a shell shows a death by signal N as 128+N, Python's
-``subprocess`` as -N, exactly as for CMD alone), and ``run`` adds no child,
-no zombie and no waiting. Every Python interpreter in CMD's tree that has
-this rdmaspawn installed applies the variable at start-up (the
-``rdmaspawn-autostart.pth`` hook). As a shell does, ``run`` exits 127 when CMD
-is not found and 126 when it cannot be executed.
+``run`` sets ``RDMASPAWN`` (:mod:`rdmaspawn._startup.switch`), which every
+Python interpreter of CMD's tree applies at start-up (the
+``rdmaspawn-autostart.pth`` hook), and then *becomes* CMD as a shell would
+start it (:mod:`.shellexec`): no process stays in between, so every signal
+reaches CMD, CMD's exit status is the job's, and ``run`` adds no child, no
+zombie and no waiting. As a shell does, it exits 127 when CMD is not found
+and 126 when it cannot be executed.
 """
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from collections.abc import Sequence
 from .._startup.switch import GUARD_ACTIONS, ON, START_METHODS, VARIABLE, Settings
 from .shellexec import exec_as_shell, initial_environ
 
-__all__ = ["main", "settings_from_args"]
+__all__ = ["main"]
 
 #: Exit statuses of a shell for a command it cannot start.
 NOT_FOUND = 127
@@ -32,7 +27,13 @@ NOT_EXECUTABLE = 126
 USAGE = 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _fail(message: str, status: int) -> int:
+    sys.stderr.write(f"rdmaspawn run: {message}\n")
+    return status
+
+
+def main(argv: Sequence[str]) -> int:
+    """Exec CMD (no return) or return the status of a failure to start it."""
     parser = argparse.ArgumentParser(
         prog="rdmaspawn run",
         usage="rdmaspawn run [options] -- CMD [ARGS...]",
@@ -56,35 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="each Python process says on stderr what it applied")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
-    return parser
-
-
-def settings_from_args(ns: argparse.Namespace) -> Settings:
-    """The ``RDMASPAWN`` settings that ``run``'s options ask for."""
-    return Settings(
-        patch=True,
-        guard=None if ns.guard == "off" else ns.guard,
-        start_method=None if ns.start_method == "keep" else ns.start_method,
-        verbose=ns.verbose,
-        repair=ns.repair == "auto",
-    )
-
-
-def _fail(message: str, status: int) -> int:
-    sys.stderr.write(f"rdmaspawn run: {message}\n")
-    return status
-
-
-def main(argv: Sequence[str]) -> int:
-    """Exec CMD (no return) or return the status of a failure to start it."""
-    ns = _parser().parse_args(list(argv))
+    ns = parser.parse_args(list(argv))
     command: list[str] = ns.command
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         return _fail("no command given (usage: rdmaspawn run [options] -- CMD [ARGS...])", USAGE)
     env = initial_environ()  # not what Python's start-up changed
-    env[VARIABLE] = settings_from_args(ns).to_env()
+    env[VARIABLE] = Settings(
+        patch=True, guard=None if ns.guard == "off" else ns.guard,
+        start_method=None if ns.start_method == "keep" else ns.start_method,
+        verbose=ns.verbose, repair=ns.repair == "auto",
+    ).to_env()
     sys.stdout.flush()
     sys.stderr.flush()
     try:

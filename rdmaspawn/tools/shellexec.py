@@ -1,20 +1,12 @@
 """Become a command as a shell would start it: ``run``'s exec.
 
-Three things tell an exec from a shell apart from ``os.execvpe``, and each
-is undone here:
-
-- Signals. CPython ignores SIGPIPE and SIGXFSZ (SIGXFZ where it exists) at
-  start-up, and an exec keeps an ignored signal ignored; a shell's child
-  starts with them at SIG_DFL, so ``yes | head -c1`` ends ``yes`` by SIGPIPE.
-  They go back to SIG_DFL, as subprocess's ``restore_signals`` does. (Caught
-  signals need nothing: an exec resets them. The signal mask is untouched by
-  CPython's start-up.)
-- The environment. CPython's start-up may set ``LC_CTYPE`` (PEP 538 locale
-  coercion when the locale is C); the command gets the environment this
-  process was started with (``/proc/self/environ``), plus what the caller
-  sets.
-- Scripts without ``#!``. execve() fails with ENOEXEC; a shell, and the C
-  library's execvp(), run such a file with /bin/sh.
+Three things tell ``os.execvpe`` from a shell apart, and each is undone here:
+the signals CPython ignores at start-up (SIGPIPE, SIGXFSZ), which an exec
+keeps ignored, go back to SIG_DFL, so ``yes | head -c1`` ends ``yes``; the
+command gets the environment this process was started with
+(``/proc/self/environ``), not what CPython's start-up changed (PEP 538's
+``LC_CTYPE``); and a script without ``#!`` (ENOEXEC) is run by /bin/sh, as
+execvp() does.
 """
 from __future__ import annotations
 
@@ -50,13 +42,6 @@ def initial_environ() -> dict[str, str]:
     return env
 
 
-def _candidates(name: str, env: Mapping[str, str]) -> list[str]:
-    # execvp's search: a name with a slash is used as is.
-    if "/" in name:
-        return [name]
-    return [os.path.join(d, name) for d in os.get_exec_path(env)]
-
-
 def exec_as_shell(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     """Replace this process by ``command`` (searched in PATH); raises the
     OSError os.execvpe would when it cannot be started."""
@@ -65,7 +50,9 @@ def exec_as_shell(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     argv = list(command)
     first_error: OSError | None = None
     last_error: OSError | None = None
-    for path in _candidates(argv[0], env):
+    # execvp's search: a name with a slash is used as is.
+    name = argv[0]
+    for path in [name] if "/" in name else [os.path.join(d, name) for d in os.get_exec_path(env)]:
         try:
             os.execve(path, argv, env)
         except OSError as exc:

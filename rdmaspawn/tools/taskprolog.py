@@ -1,31 +1,16 @@
 """``rdmaspawn taskprolog``: one switch for a Slurm cluster (docs/slurm.md).
 
-Slurm runs a ``TaskProlog`` before each task and applies every
-``export NAME=VALUE`` line it prints to the task's environment.  This command
-prints ``export RDMASPAWN=on`` on a node that is *affected*, and nothing
-elsewhere, so every Python task there starts with rdmaspawn in force (the
-``rdmaspawn-autostart.pth`` hook reads the variable).
-
-"Affected" is the doctor's rule (:func:`.doctor.protection.judge_protection`)
-applied to the node, not a claim about any job: the node's libibverbs would
-mark registered memory ``MADV_DONTFORK`` once fork protection is on
-(``ibv_fork_init()``, ``RDMAV_FORK_SAFE``, UCX's default, NCCL), so a job
-that registers memory there can crash its ``fork()`` children.  That holds
-where libibverbs is installed and the kernel does not copy pinned pages at
-fork (before Linux 5.13), or rdma-core is older than 51, or the kernel cannot
-be asked (ib_core not loaded).  A node without libibverbs, or whose kernel
-and rdma-core together mark nothing, is not affected.  Whether a job really
-registers memory is not known before it runs.
-
-An RDMA device is not required by default: ``ibv_fork_init()`` and
-``ibv_dontfork_range()`` mark memory without one, and a device can appear
-later (a soft-RoCE link, a driver loaded late); ``--require-device`` adds
-"the node has an RDMA device (/sys/class/infiniband)" to the rule.  A task
-whose environment already sets ``RDMASPAWN`` (to anything, "off" included)
-keeps it: the user's choice wins.
-
-The command never fails a job: whatever goes wrong, it exits 0 with nothing
-on stdout and one line on stderr.
+Slurm applies each ``export NAME=VALUE`` line a ``TaskProlog`` prints to the
+task's environment. This prints ``export RDMASPAWN=on`` on a node that is
+affected, and nothing elsewhere. "Affected" is the doctor's rule
+(:func:`.doctor.protection.judge_protection`) for the node, not a claim about
+a job (whether it registers memory is not known before it runs): the node's
+libibverbs would mark registered memory ``MADV_DONTFORK`` once fork
+protection is on. No RDMA device is required by default, since marking needs
+none and a device can appear later (``--require-device`` adds one to the
+rule). A task that sets ``RDMASPAWN`` itself keeps it: the user's choice
+wins. The command never fails a job: whatever goes wrong, it exits 0 with
+nothing on stdout and one line on stderr.
 """
 
 from __future__ import annotations
@@ -33,13 +18,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import sys
 from collections.abc import Mapping, Sequence
 
 from .._startup.switch import VARIABLE
-from .doctor.facts import kernel_copies_pinned_pages, rdma_core_version, rdma_netlink_copy_on_fork
-from .doctor.protection import Protection, VerbsFacts, judge_protection
+from .doctor.protection import VerbsFacts, judge_protection, verbs_facts
 
 __all__ = ["Decision", "NodeFacts", "decide", "main", "node_facts"]
 
@@ -67,31 +50,18 @@ class Decision:
     reason: str
 
 
-def rdma_devices(directory: str = RDMA_DEVICES_DIR) -> tuple[str, ...]:
-    """The node's RDMA devices, none where the directory is missing."""
-    try:
-        return tuple(sorted(os.listdir(directory)))
-    except FileNotFoundError:
-        return ()
-
-
 def node_facts() -> NodeFacts:
-    """Gather the facts the doctor judges a node by, for this node.
-
-    libibverbs' own answer (its path and fork status) comes from the C engine,
-    as for the doctor; the kernel's answer over RDMA netlink, asked directly.
-    """
+    """The facts the doctor judges a node by, for this node: libibverbs' own answer
+    from the C engine, as for the doctor, and the node's RDMA devices."""
     from .._native.forkstatus import fork_status
 
     status = fork_status()
     path = os.path.realpath(status.library) if status.library else None
-    cof, note = rdma_netlink_copy_on_fork()
-    verbs = VerbsFacts(
-        kernel=platform.release(), kernel_copies=kernel_copies_pinned_pages(),
-        verbs_path=path, rdma_core=rdma_core_version(path),
-        netlink_copy_on_fork=cof, netlink_note=note, fork_status=status.state,
-    )
-    return NodeFacts(verbs, rdma_devices())
+    try:
+        devices = tuple(sorted(os.listdir(RDMA_DEVICES_DIR)))
+    except FileNotFoundError:
+        devices = ()
+    return NodeFacts(verbs_facts(path, status.state), devices)
 
 
 def decide(facts: NodeFacts, env: Mapping[str, str], require_device: bool = False) -> Decision:
@@ -99,7 +69,7 @@ def decide(facts: NodeFacts, env: Mapping[str, str], require_device: bool = Fals
     ``require_device``, an RDMA device exists), unless the task set RDMASPAWN."""
     if VARIABLE in env:
         return Decision(False, f"the task sets {VARIABLE}={env[VARIABLE]!r} itself: kept")
-    protection: Protection = judge_protection(facts.verbs)
+    protection = judge_protection(facts.verbs)
     devices = ", ".join(facts.devices) or "none"
     if not protection.marks:
         return Decision(False, f"not affected ({protection.case}; RDMA devices: {devices}): "
@@ -111,25 +81,21 @@ def decide(facts: NodeFacts, env: Mapping[str, str], require_device: bool = Fals
                           f"{protection.text}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rdmaspawn taskprolog",
-        description=f"For a Slurm TaskProlog: print '{EXPORT_LINE}' where this node is "
-                    "affected by the MADV_DONTFORK hazard (the doctor's rule), nothing "
-                    "elsewhere. Always exits 0. See docs/slurm.md.",
-    )
-    parser.add_argument("--require-device", action="store_true",
-                        help=f"affected only where an RDMA device exists ({RDMA_DEVICES_DIR})")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="say on stderr what was decided and why")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the export line or nothing; return 0 whatever happens."""
     verbose = False
     try:
-        ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        parser = argparse.ArgumentParser(
+            prog="rdmaspawn taskprolog",
+            description=f"For a Slurm TaskProlog: print '{EXPORT_LINE}' where this node is "
+                        "affected by the MADV_DONTFORK hazard (the doctor's rule), nothing "
+                        "elsewhere. Always exits 0. See docs/slurm.md.",
+        )
+        parser.add_argument("--require-device", action="store_true",
+                            help=f"affected only where an RDMA device exists ({RDMA_DEVICES_DIR})")
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="say on stderr what was decided and why")
+        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         verbose = ns.verbose
         decision = decide(node_facts(), os.environ, ns.require_device)
         if decision.export:

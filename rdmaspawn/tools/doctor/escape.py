@@ -1,11 +1,9 @@
 """Text taken from other processes, made safe to print on a terminal.
 
-A command line, a mapped file's name or an environment value belongs to
-whoever started that process. Printed raw, its control codes reach the
-reader's terminal: any process could set the title of root's terminal, or
-move the cursor up and erase a HAZARD line. The text outputs
-escape every character that is not printable; ``--json`` needs nothing
-(json.dumps escapes control characters itself).
+A command line, a file name or an environment value is whoever started that
+process's: printed raw, its control codes could retitle root's terminal or
+erase a HAZARD line. The text outputs escape every non-printable character;
+``--json`` needs nothing (json.dumps escapes control characters).
 """
 
 from __future__ import annotations

@@ -16,11 +16,9 @@ __all__ = [
     "COPY_ON_FORK_KERNEL",
     "ENGINE_MODULE",
     "ENV_VARS",
-    "RDMA_CORE_ASKS_KERNEL",
     "RDMA_CORE_SKIPS_MARKING",
     "RDMA_LIBS",
     "kernel_copies_pinned_pages",
-    "kernel_version",
     "rdma_core_version",
     "rdma_netlink_copy_on_fork",
     "ucx_fork_settings",
@@ -32,17 +30,11 @@ __all__ = [
 #: Linux 5.13).
 COPY_ON_FORK_KERNEL = (5, 13)
 
-#: First rdma-core release whose libibverbs asks the kernel (over RDMA
-#: netlink) whether it copies pinned pages: ibv_is_fork_initialized() then
-#: returns IBV_FORK_UNNEEDED (rdma-core commit 67b00c3, "verbs: Report when
-#: ibv_fork_init() is not needed", v35.0). ibv_fork_init() still marks.
-RDMA_CORE_ASKS_KERNEL = 35
-
 #: First rdma-core release whose ibv_fork_init() does nothing where the kernel
 #: said it copies pinned pages, so no registration is marked DONTFORK
 #: (rdma-core commit 5a11b68, "libibverbs: ignore IBV_FORK_SAFE et.al. when
-#: kernel has fork support", v51.0). Releases 35-50 report "unneeded" and
-#: mark all the same.
+#: kernel has fork support", v51.0). Releases 35-50 ask the kernel (commit
+#: 67b00c3), report "unneeded" and mark all the same.
 RDMA_CORE_SKIPS_MARKING = 51
 
 #: libibverbs' file name carries its rdma-core release:
@@ -128,10 +120,8 @@ def ucx_fork_settings(env: dict[str, str | None], libraries: dict[str, str],
     purge_var = next((k for k in ("UCX_IB_RCACHE_PURGE_ON_FORK", "UCX_RCACHE_PURGE_ON_FORK")
                       if env.get(k) is not None), None)
     purge_value = (env.get(purge_var) or "") if purge_var else "y"
-    purge: bool | None = (True if purge_value.lower() in _UCX_YES
+    purge: bool | None = (None if not known else True if purge_value.lower() in _UCX_YES
                           else False if purge_value.lower() in _UCX_NO else None)
-    if not known:
-        purge = None
     marks = fork_init is None or fork_init.lower() != "no"
     if not loaded:
         note = "UCX is not loaded"
@@ -158,16 +148,11 @@ def ucx_fork_settings(env: dict[str, str | None], libraries: dict[str, str],
             "purge_setting": purge_var or "default", "note": note}
 
 
-def kernel_version(release: str | None = None) -> tuple[int, int] | None:
-    """(major, minor) of the running kernel (or of ``release``), None if unreadable."""
-    m = re.match(r"(\d+)\.(\d+)", platform.release() if release is None else release)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def kernel_copies_pinned_pages(release: str | None = None) -> bool | None:
-    """Whether the kernel is one that copies DMA-pinned pages at fork and says so."""
-    version = kernel_version(release)
-    return None if version is None else version >= COPY_ON_FORK_KERNEL
+    """Whether the kernel (or ``release``) is one that copies DMA-pinned pages at fork
+    and says so; None if its version is unreadable."""
+    m = re.match(r"(\d+)\.(\d+)", platform.release() if release is None else release)
+    return None if m is None else (int(m.group(1)), int(m.group(2))) >= COPY_ON_FORK_KERNEL
 
 
 def rdma_core_version(verbs_path: str | None) -> int | None:

@@ -1,24 +1,13 @@
-"""Whether rdmaspawn protects a process, from what it maps (its markers) or, for the
-doctor's own process, from its Python state.
+"""Whether rdmaspawn protects a process, from what it maps (its markers,
+``rdmaspawn._startup.markers``) or, for the doctor's own process, its Python state.
 
-============================  ==============================================
-in force                      what it does for a fork()
-============================  ==============================================
-the fork repair               libibverbs' marks kept off the pages a fork() child needs:
-                              fork() children get every page
-``patch()``                   subprocess (and what is built on it) starts
-                              children without fork()
-``guard("raise")``            a fork() that would lack pages raises
-                              ForkHazardError instead of crashing the child
-``guard("warn")``             only warns: the fork happens (not protection)
-============================  ==============================================
-
-Any of the first three makes a process "protected"; none, "not protected";
-a process whose mappings cannot be read is "unknown", never "protected".
-``patch()`` and ``guard()`` are each interpreter's own: where one interpreter
-of the process could not load the patch (a sub-interpreter, which cannot
-load the core), only the fork repair protects it.
-The markers' names are ``rdmaspawn._startup.markers``'.
+"protected": the fork repair (fork() children get every page), ``patch()``
+(subprocess starts children without fork()) or ``guard("raise")`` (a fork()
+that would lack pages raises ForkHazardError) is in force; ``guard("warn")``
+only warns. "not protected": none is. "unknown": the mappings cannot be read,
+never "protected". ``patch()`` and ``guard()`` are each interpreter's own:
+where one could not load the patch (a sub-interpreter), only the fork repair
+protects the process.
 """
 
 from __future__ import annotations
@@ -64,15 +53,6 @@ class InForce:
         out += ["patch"] if self.patched else []
         return out + (["guard"] if self.guarded == "raise" else [])
 
-    def uncovered(self) -> str | None:
-        """What still crashes where it is protected only in part; None: nothing."""
-        if not self.known or self.repaired or self.guarded == "raise":
-            return None
-        if self.patched:
-            return ("os.fork(), os.forkpty() and multiprocessing's 'fork' still fork "
-                    "unchecked (patch() covers subprocess)")
-        return None
-
     def text(self) -> str:
         if not self.known:
             return "unknown (its mappings cannot be read)"
@@ -88,7 +68,11 @@ class InForce:
             return "not protected" + (f" ({note})" if note else "")
         if note and not self.unprotected:
             parts.append(note)
-        left = note if self.unprotected else self.uncovered()
+        # What still crashes where it is protected only in part.
+        left = note if self.unprotected else (
+            "os.fork(), os.forkpty() and multiprocessing's 'fork' still fork unchecked "
+            "(patch() covers subprocess)"
+            if self.patched and not self.repaired and self.guarded != "raise" else None)
         return "protected by " + ", ".join(parts) + (f"; {left}" if left else "")
 
     def to_dict(self) -> dict[str, object]:

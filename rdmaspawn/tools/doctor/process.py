@@ -15,21 +15,13 @@ from ..._native.forkrepair import IN_FORCE, USE_MADVISE
 from ..._native.forkrepair import MARKER as REPAIR_MARKER
 from ...dropin import cpython as _cpython
 from ...dropin.startmethod import default_method
-from .facts import (
-    ENGINE_MODULE,
-    ENV_VARS,
-    RDMA_LIBS,
-    kernel_copies_pinned_pages,
-    rdma_core_version,
-    rdma_netlink_copy_on_fork,
-    ucx_fork_settings,
-)
+from .facts import ENGINE_MODULE, ENV_VARS, RDMA_LIBS, ucx_fork_settings
 from .inforce import InForce, from_mappings
-from .protection import VerbsFacts, judge_protection
+from .protection import judge_protection, verbs_facts
 from .report import Report
 from .verdict import judge
 
-__all__ = ["doctor", "mapped_libraries"]
+__all__ = ["doctor", "environ_of", "mapped_libraries"]
 
 _FORK_NOTES = {
     "unavailable": "libibverbs is not loaded in this process, so it has marked nothing",
@@ -53,14 +45,17 @@ def mapped_libraries(pid: Pid) -> dict[str, str]:
     return {names[prefix]: path for prefix, path in found.items()}
 
 
-def _environ_of(pid: int, is_self: bool) -> tuple[dict[str, str | None], str]:
+def environ_of(pid: int, is_self: bool) -> tuple[dict[str, str | None], str, bool]:
+    """The variables of :data:`.facts.ENV_VARS` in the process, where they come
+    from, and whether they could be read."""
     if is_self:
-        return {k: os.environ.get(k) for k in ENV_VARS}, "this process, now"
+        return {k: os.environ.get(k) for k in ENV_VARS}, "this process, now", True
     try:
         env = read_environ(pid)
     except OSError as e:
-        return {k: None for k in ENV_VARS}, f"unreadable: {e.strerror or e}"
-    return {k: env.get(k) for k in ENV_VARS}, f"as the process started (/proc/{pid}/environ)"
+        return {k: None for k in ENV_VARS}, f"unreadable: {e.strerror or e}", False
+    return ({k: env.get(k) for k in ENV_VARS}, f"as the process started (/proc/{pid}/environ)",
+            True)
 
 
 def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple[str, str]:
@@ -74,16 +69,16 @@ def _subprocess_paths(version: tuple[int, int], use_vfork: bool = True) -> tuple
     return default, "fork() then exec (the child runs Python code or changes ids)"
 
 
-def _engine_facts() -> dict[str, Any]:
-    """libibverbs' fork status as this process's libibverbs (or the system's) reports it."""
+def _fork_status() -> tuple[str | None, str | None, str]:
+    """libibverbs' fork status as this process's libibverbs (or the system's) reports
+    it, the library asked, and why it could not be asked."""
     try:
         from rdmaspawn._native.forkstatus import fork_status
 
         st = fork_status()
-        return {"fork_status": st.state, "fork_library": st.library}
+        return st.state, st.library, ""
     except Exception as e:  # engine not built or libibverbs trouble: say so, do not fail
-        return {"fork_status": None, "fork_library": None,
-                "fork_error": f"{type(e).__name__}: {e}"}
+        return None, None, f"{type(e).__name__}: {e}"
 
 
 def _clone_path() -> tuple[str | None, str]:
@@ -97,32 +92,20 @@ def _clone_path() -> tuple[str | None, str]:
         return None, f"cannot ask the engine ({type(e).__name__}: {e})"
 
 
-def _guard_mode() -> str | None:
-    """The guard's mode: looked at only where something imported it, or
-    where RDMASPAWN's stand-ins wait to load it (not imported, not on)."""
+def _own_in_force() -> tuple[bool | None, str | None]:
+    """Whether patch() is in force here, and the guard's mode: looked at only where
+    something imported the guard, or where RDMASPAWN's stand-ins wait to load it."""
+    try:
+        from rdmaspawn.dropin import patch as _patch
+
+        patched: bool | None = bool(_patch.is_patched())
+    except Exception:
+        patched = None
     standin = sys.modules.get("rdmaspawn._startup.standin")
     if standin is not None and standin.forks_pending():
         import rdmaspawn.tools.guard  # noqa: F401  # what the first fork would load
     guard_mod = sys.modules.get("rdmaspawn.tools.guard")
-    return guard_mod.is_guarded() if guard_mod is not None else None
-
-
-def _self_facts() -> dict[str, Any]:
-    facts = _engine_facts()
-    try:
-        from rdmaspawn.dropin import patch as _patch
-
-        facts["patched"] = bool(_patch.is_patched())
-    except Exception:
-        facts["patched"] = None
-    facts["guarded"] = _guard_mode()
-    import multiprocessing
-
-    facts["mp_start_method"] = multiprocessing.get_start_method(allow_none=True)
-    facts["mp_default"] = default_method()
-    facts["use_vfork"] = _cpython.use_vfork_flag()
-    facts["clone_path"], facts["clone_path_note"] = _clone_path()
-    return facts
+    return patched, guard_mod.is_guarded() if guard_mod is not None else None
 
 
 def _other_python(pid: int) -> str:
@@ -149,32 +132,33 @@ def doctor(pid: int | None = None) -> Report:
     mappings = all_mappings(target)
     findings = [classify(m, mappings, target) for m in mappings if m.dontfork]
     libs = mapped_libraries(target)
-    env, env_source = _environ_of(real_pid, is_self)
-    ucx = ucx_fork_settings(env, libs, known=not env_source.startswith("unreadable"))
+    env, env_source, known = environ_of(real_pid, is_self)
+    ucx = ucx_fork_settings(env, libs, known)
     notes: list[str] = []
     if mappings and not any(m.vmflags for m in mappings):
         notes.append("this kernel does not show VmFlags in smaps (Linux < 3.8): "
                      "MADV_DONTFORK mappings cannot be seen")
 
     loaded_verbs = libs.get("libibverbs")
-    facts = _self_facts() if is_self else _engine_facts()
-    system_verbs = facts.get("fork_library")
+    fork_status, system_verbs, fork_error = _fork_status()
     verbs_path = loaded_verbs or (os.path.realpath(system_verbs) if system_verbs else None)
+    mp_method = mp_default = clone_path = None
     if is_self:
-        version: tuple[int, int] = sys.version_info[:2]
         python = f"{platform.python_version()} ({sys.executable})"
-        fork_status = facts["fork_status"]
         if fork_status is None:
-            fork_note = f"cannot ask libibverbs ({facts.get('fork_error', 'unknown error')})"
+            fork_note = f"cannot ask libibverbs ({fork_error})"
         else:
             fork_note = _FORK_NOTES.get(fork_status, "")
             if not loaded_verbs and fork_status != "unavailable":
                 fork_note = ("libibverbs is not loaded here; this is what it would say if it "
-                             f"were ({facts.get('fork_library')}): {fork_note}")
-        default, preexec = _subprocess_paths(version, facts["use_vfork"])
-        patched, guarded = facts["patched"], facts["guarded"]
-        clone_path, clone_note = facts["clone_path"], facts["clone_path_note"]
-        mp_method, mp_default = facts["mp_start_method"], facts["mp_default"]
+                             f"were ({system_verbs}): {fork_note}")
+        patched, guarded = _own_in_force()
+        import multiprocessing
+
+        mp_method = multiprocessing.get_start_method(allow_none=True)
+        mp_default = default_method()
+        default, preexec = _subprocess_paths(sys.version_info[:2], _cpython.use_vfork_flag())
+        clone_path, clone_note = _clone_path()
         if patched:
             default = "rdmaspawn engine (CLONE_VM|CLONE_VFORK, safe): rdmaspawn.patch() is in force"
     else:
@@ -186,23 +170,14 @@ def doctor(pid: int | None = None) -> Report:
             default = preexec = "unknown (not a recognisable Python executable)"
         in_force = from_mappings(mappings)
         patched, guarded = in_force.patched, in_force.guarded
-        mp_method = mp_default = fork_status = clone_path = None
+        fork_status = None
         clone_note = "only the process itself can ask its engine"
         fork_note = _outside_fork_note(loaded_verbs, env, findings)
 
-    cof, netlink_note = rdma_netlink_copy_on_fork()
-    repair, repair_note = _fork_repair(mappings, env, cof)
+    verbs = verbs_facts(verbs_path, fork_status)
+    repair, repair_note = _fork_repair(mappings, env, verbs.netlink_copy_on_fork)
     if is_self:
         in_force = InForce(patched, guarded, repair == "repaired", known=True)
-    verbs = VerbsFacts(
-        kernel=platform.release(),
-        kernel_copies=kernel_copies_pinned_pages(),
-        verbs_path=verbs_path,
-        rdma_core=rdma_core_version(verbs_path),
-        netlink_copy_on_fork=cof,
-        netlink_note=netlink_note,
-        fork_status=fork_status,
-    )
     report = Report(
         pid=real_pid, is_self=is_self, verdict="OK", problems=[], advice=[],
         findings=findings, map_count=len(mappings), max_map_count=max_map_count(),
@@ -210,7 +185,7 @@ def doctor(pid: int | None = None) -> Report:
         rdma_core=verbs.rdma_core, fork_status=fork_status, fork_status_note=fork_note,
         fork_protection=judge_protection(verbs), environment=env,
         environment_source=env_source, kernel=verbs.kernel,
-        kernel_copies_pinned_pages=verbs.kernel_copies, rdma_netlink=netlink_note,
+        kernel_copies_pinned_pages=verbs.kernel_copies, rdma_netlink=verbs.netlink_note,
         python=python, subprocess_default=default, subprocess_preexec=preexec,
         fork_repair=repair, fork_repair_note=repair_note,
         engine_loaded="rdmaspawn engine" in libs, patched=patched, guarded=guarded,

@@ -22,10 +22,17 @@ The facts and their sources are in :mod:`.facts`.
 from __future__ import annotations
 
 import dataclasses
+import platform
 
-from .facts import COPY_ON_FORK_KERNEL, RDMA_CORE_SKIPS_MARKING
+from .facts import (
+    COPY_ON_FORK_KERNEL,
+    RDMA_CORE_SKIPS_MARKING,
+    kernel_copies_pinned_pages,
+    rdma_core_version,
+    rdma_netlink_copy_on_fork,
+)
 
-__all__ = ["Protection", "VerbsFacts", "judge_protection"]
+__all__ = ["Protection", "VerbsFacts", "judge_protection", "verbs_facts"]
 
 _KERNEL = ".".join(map(str, COPY_ON_FORK_KERNEL))
 _UNTIL = "until then start children with rdmaspawn"
@@ -44,6 +51,13 @@ class VerbsFacts:
     fork_status: str | None = None
 
 
+def verbs_facts(verbs_path: str | None, fork_status: str | None) -> VerbsFacts:
+    """This machine's facts, for the libibverbs found and its fork status."""
+    cof, note = rdma_netlink_copy_on_fork()
+    return VerbsFacts(platform.release(), kernel_copies_pinned_pages(), verbs_path,
+                      rdma_core_version(verbs_path), cof, note, fork_status)
+
+
 @dataclasses.dataclass(frozen=True)
 class Protection:
     """The case (see the module's table) and the sentence that says it."""
@@ -54,12 +68,6 @@ class Protection:
     marks: bool
 
 
-def _verbs_name(f: VerbsFacts) -> str:
-    if f.rdma_core is None:
-        return "libibverbs (release unknown)"
-    return f"the libibverbs of rdma-core {f.rdma_core}"
-
-
 def judge_protection(f: VerbsFacts) -> Protection:
     """Pick the case for these facts and say it."""
     kernel = f"this kernel ({f.kernel})"
@@ -67,7 +75,8 @@ def judge_protection(f: VerbsFacts) -> Protection:
         return Protection("no-verbs", "libibverbs is not installed here, so it marks nothing; "
                           "MADV_DONTFORK memory, if any, comes from code that calls madvise() "
                           "itself", False)
-    verbs = _verbs_name(f)
+    verbs = ("libibverbs (release unknown)" if f.rdma_core is None
+             else f"the libibverbs of rdma-core {f.rdma_core}")
     if not f.kernel_copies or f.netlink_copy_on_fork is False:
         return Protection("kernel-old", f"{kernel} does not copy DMA-pinned pages at fork, so "
                           f"with fork protection on (ibv_fork_init(), RDMAV_FORK_SAFE) {verbs} "

@@ -87,7 +87,50 @@ class Report:
     def to_text(self) -> str:
         who = "this process" if self.is_self else f"process {self.pid}"
         out = [f"rdmaspawn doctor: {who} (pid {self.pid})", ""]
-        out += self._mappings_text() + [""] + self._verbs_text() + self._python_text()
+        if self.findings:
+            out.append("MADV_DONTFORK mappings (a fork() child gets none of these):")
+            for f in self.findings:
+                out += [f"  {f.mapping.describe()}  [risk: {f.risk}]", f"      {f.note}"]
+        else:
+            out.append("MADV_DONTFORK mappings: none")
+        limit = "?" if self.max_map_count is None else str(self.max_map_count)
+        out += [f"Mappings: {self.map_count} of vm.max_map_count {limit}", ""]
+
+        release = "" if self.rdma_core is None else f", rdma-core {self.rdma_core}"
+        if self.verbs_loaded:
+            out.append(f"libibverbs: loaded ({self.verbs_library}{release})")
+        elif self.verbs_library:
+            out.append(f"libibverbs: not loaded; the system's is {self.verbs_library}{release}")
+        else:
+            out.append("libibverbs: not loaded, none found on the system")
+        out += [f"  also loaded: {name} ({path})" for name, path in self.libraries.items()
+                if name != "libibverbs"]
+        out += [f"Fork status: {self.fork_status or 'unknown'} -- {self.fork_status_note}",
+                f"Fork protection: {self.fork_protection.text}",
+                f"Kernel: {self.kernel}; {self.rdma_netlink}",
+                f"Fork repair: {self.fork_repair} -- {self.fork_repair_note}"]
+        if self.ucx.get("loaded"):
+            out.append(f"UCX: {self.ucx['note']}")
+        out.append(f"Environment ({self.environment_source}):")
+        for name, value in self.environment.items():
+            if value is None:
+                out.append(f"  {name} unset")
+            else:
+                out += [f"  {name}={value!r}", f"      {ENV_VARS[name]}"]
+
+        out += [f"Python: {self.python}",
+                f"  subprocess, default arguments: {self.subprocess_default}",
+                f"  subprocess with preexec_fn/user/group/extra_groups: {self.subprocess_preexec}",
+                f"  rdmaspawn: {self.in_force.text()}"]
+        if self.is_self:
+            out += [f"  rdmaspawn.patch() in force: {'yes' if self.patched else 'no'}",
+                    f"  rdmaspawn.guard(): {self.guarded or 'off'}",
+                    f"  rdmaspawn's clone path: {self.clone_path or 'unknown'} "
+                    f"-- {self.clone_path_note}",
+                    f"  multiprocessing start method: {self.mp_start_method or 'not set'} "
+                    f"(default {self.mp_default_start_method})"]
+        else:
+            out.append(f"  rdmaspawn's engine: {'loaded' if self.engine_loaded else 'not loaded'}")
         out += [f"Note: {note}" for note in self.notes]
         verdict = self.verdict
         if self.verdict == "HAZARD" and self.in_force.by:
@@ -98,57 +141,3 @@ class Report:
         # Paths, libraries and the environment are the inspected process's:
         # each line escaped as a whole, so a newline in a name cannot add one.
         return "\n".join(printable(line) for line in out) + "\n"
-
-    def _mappings_text(self) -> list[str]:
-        out = []
-        if self.findings:
-            out.append("MADV_DONTFORK mappings (a fork() child gets none of these):")
-            for f in self.findings:
-                out.append(f"  {f.mapping.describe()}  [risk: {f.risk}]")
-                out.append(f"      {f.note}")
-        else:
-            out.append("MADV_DONTFORK mappings: none")
-        limit = "?" if self.max_map_count is None else str(self.max_map_count)
-        out.append(f"Mappings: {self.map_count} of vm.max_map_count {limit}")
-        return out
-
-    def _verbs_text(self) -> list[str]:
-        release = "" if self.rdma_core is None else f", rdma-core {self.rdma_core}"
-        if self.verbs_loaded:
-            out = [f"libibverbs: loaded ({self.verbs_library}{release})"]
-        elif self.verbs_library:
-            out = [f"libibverbs: not loaded; the system's is {self.verbs_library}{release}"]
-        else:
-            out = ["libibverbs: not loaded, none found on the system"]
-        out += [f"  also loaded: {name} ({path})" for name, path in self.libraries.items()
-                if name != "libibverbs"]
-        out.append(f"Fork status: {self.fork_status or 'unknown'} -- {self.fork_status_note}")
-        out.append(f"Fork protection: {self.fork_protection.text}")
-        out.append(f"Kernel: {self.kernel}; {self.rdma_netlink}")
-        out.append(f"Fork repair: {self.fork_repair} -- {self.fork_repair_note}")
-        if self.ucx.get("loaded"):
-            out.append(f"UCX: {self.ucx['note']}")
-        out.append(f"Environment ({self.environment_source}):")
-        for name, value in self.environment.items():
-            if value is None:
-                out.append(f"  {name} unset")
-            else:
-                out += [f"  {name}={value!r}", f"      {ENV_VARS[name]}"]
-        return out
-
-    def _python_text(self) -> list[str]:
-        out = [f"Python: {self.python}",
-               f"  subprocess, default arguments: {self.subprocess_default}",
-               f"  subprocess with preexec_fn/user/group/extra_groups: {self.subprocess_preexec}"]
-        out.append(f"  rdmaspawn: {self.in_force.text()}")
-        if self.is_self:
-            out.append(f"  rdmaspawn.patch() in force: {'yes' if self.patched else 'no'}")
-            out.append(f"  rdmaspawn.guard(): {self.guarded or 'off'}")
-            out.append(f"  rdmaspawn's clone path: {self.clone_path or 'unknown'} "
-                       f"-- {self.clone_path_note}")
-            out.append(f"  multiprocessing start method: {self.mp_start_method or 'not set'} "
-                       f"(default {self.mp_default_start_method})")
-        else:
-            engine = "loaded" if self.engine_loaded else "not loaded"
-            out.append(f"  rdmaspawn's engine: {engine}")
-        return out

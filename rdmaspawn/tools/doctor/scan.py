@@ -1,19 +1,11 @@
 """``rdmaspawn doctor --all``: every process on the node that the caller may read.
 
-One entry for each process that holds MADV_DONTFORK memory: its command,
-what the marked memory overlaps (the doctor's classification), and whether
-rdmaspawn protects it, read from the markers it maps while patched, guarded
-or repaired (:mod:`.inforce`).  Its verdict: ``HAZARD`` (marked memory a
-fork() trips on, nothing of rdmaspawn's in force), ``PROTECTED`` (the same,
-but patched, guarded with "raise" or repaired) or ``ok``.
-
-Processes that exit during the scan, or that the caller may not read, are
-counted, not fatal; whether rdmaspawn protects those is unknown.  Processes
-that /proc hides from the caller (``hidepid=``) are counted too, from the
-kernel's other lists (:mod:`rdmaspawn._host.hidden`): the scan then covers
-fewer processes than the node runs, and says so.  The JSON form is one object
-per line, each with the host name, so that srun/pdsh over a cluster collects
-one report.
+One entry for each process that holds MADV_DONTFORK memory, with the doctor's
+classification and whether rdmaspawn protects it (its markers, :mod:`.inforce`).
+Processes that exit during the scan, that may not be read, or that /proc hides
+(``hidepid=``, counted by :mod:`rdmaspawn._host.hidden`) are counted, not fatal:
+whether rdmaspawn protects those is unknown, and the scan says so. Each JSON
+line carries the host name, so that srun/pdsh over a cluster collects one report.
 """
 
 from __future__ import annotations
@@ -27,12 +19,12 @@ from typing import Any
 
 from ..._host.forkrisk import Finding, classify
 from ..._host.hidden import Hidden, find_hidden
-from ..._host.processinfo import all_pids, read_cmdline, read_environ
+from ..._host.processinfo import all_pids, read_cmdline
 from ..._host.procfs import Mapping, NoSuchProcessError, all_mappings, has_dontfork, read_proc
 from .escape import printable
-from .facts import ENV_VARS, ucx_fork_settings
+from .facts import ucx_fork_settings
 from .inforce import InForce, from_mappings
-from .process import mapped_libraries
+from .process import environ_of, mapped_libraries
 
 __all__ = ["NodeScan", "ProcessEntry", "scan_node"]
 
@@ -65,10 +57,6 @@ class ProcessEntry:
         return "PROTECTED" if self.in_force.by else "HAZARD"
 
     @property
-    def patched(self) -> bool | None:
-        return self.in_force.patched
-
-    @property
     def engine(self) -> str | None:
         """Path of rdmaspawn's engine module when the process maps it."""
         return self.libraries.get("rdmaspawn engine")
@@ -80,10 +68,6 @@ class ProcessEntry:
             seen.setdefault(f.kind, f.risk)
         return ", ".join(f"{kind} ({risk})" for kind, risk in seen.items())
 
-    def rdmaspawn_state(self) -> str:
-        loaded = "rdmaspawn not loaded" if self.engine is None else "rdmaspawn engine loaded"
-        return f"{loaded}, {self.in_force.text()}"
-
     def to_dict(self, host: str) -> dict[str, Any]:
         return {
             "type": "process", "host": host, "pid": self.pid, "command": self.command,
@@ -94,13 +78,13 @@ class ProcessEntry:
         }
 
     def to_text(self) -> str:
-        verdict = self.verdict
         # One line, even for `python -c` code; the owner's control codes escaped.
         command = printable(" ".join(self.command.split()))
         if len(command) > _COMMAND_WIDTH:
             command = command[:_COMMAND_WIDTH - 3] + "..."
-        text = (f"pid {self.pid:<7} {verdict:<9} {command}\n"
-                f"             DONTFORK over: {self.overlaps()}; {self.rdmaspawn_state()}")
+        loaded = "rdmaspawn not loaded" if self.engine is None else "rdmaspawn engine loaded"
+        text = (f"pid {self.pid:<7} {self.verdict:<9} {command}\n"
+                f"             DONTFORK over: {self.overlaps()}; {loaded}, {self.in_force.text()}")
         if self.ucx.get("loaded"):
             text += f"\n             UCX: {printable(self.ucx['note'])}"
         return text
@@ -131,12 +115,6 @@ class NodeScan:
         return [e for e in self.entries if e.verdict == "PROTECTED"]
 
     @property
-    def unknown(self) -> int:
-        """Processes whose memory, and whether rdmaspawn protects them, are unknown."""
-        h = self.hidden
-        return len(self.denied) + (len(h.pids) if h and h.pids else 0)
-
-    @property
     def complete(self) -> bool:
         """Whether every live process on the node was read."""
         h = self.hidden
@@ -163,7 +141,9 @@ class NodeScan:
             "hidden": None if h is None or h.pids is None else len(h.pids),
             "hidden_pids": h.pids if h else None,
             "hidden_threads": h.threads if h else None,
-            "unknown": self.unknown, "complete": self.complete,
+            # Processes whose memory, and whether rdmaspawn protects them, are unknown.
+            "unknown": len(self.denied) + (len(h.pids) if h and h.pids else 0),
+            "complete": self.complete,
         }
 
     def to_json_lines(self) -> str:
@@ -174,11 +154,10 @@ class NodeScan:
         out = [f"rdmaspawn doctor --all on {self.host}:"]
         which = "no process" if self.complete else "no process read"
         out += [e.to_text() for e in self.entries] or [f"{which} holds MADV_DONTFORK memory"]
-        s = (f"{self.scanned} processes read: {len(self.entries)} hold MADV_DONTFORK memory, "
-             f"{len(self.hazardous)} hazardous, {len(self.protected)} protected by rdmaspawn; "
-             f"{len(self.vanished)} exited during the scan; "
-             f"{len(self.denied)} not readable by this user")
-        out.append(s)
+        out.append(f"{self.scanned} processes read: {len(self.entries)} hold MADV_DONTFORK memory, "
+                   f"{len(self.hazardous)} hazardous, {len(self.protected)} protected by "
+                   f"rdmaspawn; {len(self.vanished)} exited during the scan; "
+                   f"{len(self.denied)} not readable by this user")
         out += self._unseen_text()
         if (self.denied or not self.complete) and os.geteuid() != 0:
             out.append("(run as root to read every process)")
@@ -246,10 +225,6 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
 
 def _entry(pid: int, findings: list[Finding], mappings: list[Mapping]) -> ProcessEntry:
     libraries = mapped_libraries(pid)
-    try:
-        env = read_environ(pid)
-        known = True
-    except OSError:
-        env, known = {}, False
-    ucx = ucx_fork_settings({k: env.get(k) for k in ENV_VARS}, libraries, known)
-    return ProcessEntry(pid, _command(pid), findings, libraries, from_mappings(mappings), ucx)
+    env, _, known = environ_of(pid, False)
+    return ProcessEntry(pid, _command(pid), findings, libraries, from_mappings(mappings),
+                        ucx_fork_settings(env, libraries, known))
