@@ -347,6 +347,38 @@ def test_the_warning_names_the_caller() -> None:
     assert out["where"] == ["pid = os.fork()  # THE FORK"], out
 
 
+def test_every_look_names_the_line_that_called_the_guarded_function() -> None:
+    """The warning names the frame that called os.fork() or fork_exec on
+    every path the guard looks on, not only the held fork's: where the C core
+    cannot hold the child (it looks before the fork) and before a fork_exec
+    that forks for a preexec_fn (the line of subprocess.py that calls it).
+    Both named the frame above that before."""
+    out = run("""
+        import linecache, subprocess, warnings
+        mark()
+        G.guard("warn")
+        def where(w):
+            return [(x.filename, linecache.getline(x.filename, x.lineno).strip()) for x in w]
+        G._held = None  # as where the C core cannot be loaded
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            pid = os.fork()  # THE FORK
+            if pid == 0:
+                os._exit(3)
+        os.waitpid(pid, 0)
+        out["unheld"] = where(w)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            subprocess.run(["true"], preexec_fn=lambda: None)
+        out["fork_exec"] = where(w)
+        out["subprocess"] = subprocess.__file__
+    """)
+    assert [line for _, line in out["unheld"]] == ["pid = os.fork()  # THE FORK"], out
+    assert len(out["fork_exec"]) == 1, out
+    filename, line = out["fork_exec"][0]
+    assert filename == out["subprocess"] and "fork_exec(" in line, out
+
+
 def test_a_fork_at_the_descriptor_limit_goes_ahead() -> None:
     """With no descriptor left, os.fork() under the guard forks, as it does
     unguarded: it cannot hold the child (no pipe), so it looks before the

@@ -113,8 +113,8 @@ def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
     _look(what, passed, left_out)
 
 
-def _unheld(what: str, passed: int) -> None:
-    """held_fork cannot hold the child (no descriptor for its pipe): look before the fork."""
+def _before(what: str, passed: int) -> None:
+    """Look before the fork: where held_fork cannot hold the child, or for a fork_exec."""
     # A frame of its own, as _after_fork's: the warning stays on the caller's line.
     _look(what, passed)
 
@@ -164,10 +164,10 @@ def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]
             return fork()
         held = _held_fork()
         if held is None:
-            _look(what, passed)
+            _before(what, passed)
             return fork()
         return held(fork, _functools.partial(_after_fork, what, passed),
-                    _functools.partial(_unheld, what, passed))
+                    _functools.partial(_before, what, passed))
 
     _as_wrapper(guarded_fork, original)
     return guarded_fork
@@ -205,7 +205,7 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
         if guarded_fork_exec in _active and not _is_engine(inner) and _forks(args, inner):
-            _look(what, 0)
+            _before(what, 0)
         return inner(*args, **kwargs)
 
     _as_wrapper(guarded_fork_exec, original)
