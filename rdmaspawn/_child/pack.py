@@ -24,8 +24,11 @@ __all__ = ["ChildSetupError", "packed", "spawn_with"]
 
 
 class ChildSetupError(OSError, subprocess.SubprocessError):
-    """A step of the child's declarative setup failed (``step``: "setrlimit", ...);
-    also a SubprocessError, as CPython raises when a ``preexec_fn`` fails."""
+    """A step of the child's declarative setup failed (``step``: "setrlimit", ...).
+
+    An OSError with the errno; also a SubprocessError, which is what CPython
+    raises when a ``preexec_fn`` fails ("Exception occurred in preexec_fn.").
+    """
 
     step: str
     pid: int | None

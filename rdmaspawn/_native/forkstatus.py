@@ -26,16 +26,21 @@ class ForkInitError(OSError):
 class ForkStatus(NamedTuple):
     """libibverbs fork protection: ``state`` and the library that was asked.
 
-    state is "unavailable" (no libibverbs), "disabled" (ibv_fork_init has
-    not run), "enabled" (registrations are marked MADV_DONTFORK), "unneeded"
-    (the kernel copies pinned pages at fork; nothing is marked) or "unknown"
-    (rdma-core < 35 cannot say). It is what the library does, not only what
-    it answers: rdma-core 35-50 answer "unneeded" and still mark once fork
-    protection is on, which is "enabled" here (csrc/forkinit.c).
+    state is one of "unavailable" (no libibverbs), "disabled" (ibv_fork_init
+    has not run: nothing is marked), "enabled" (registrations are marked
+    MADV_DONTFORK), "unneeded" (the kernel copies pinned pages at fork and the
+    library marks nothing), "unknown" (rdma-core < 35 cannot say, and nothing
+    marked shows it: another library's ibv_fork_init() may have run). The
+    state says what the library does, not only what it answers: rdma-core
+    35-50 answer "unneeded" on a copy-on-fork kernel and still mark once fork
+    protection is on, and that is "enabled" here (see csrc/forkinit.c).
 
-    repair (:func:`rdmaspawn.repair_fork`) is "repaired" (in force),
-    "repairable" (the kernel copies pinned pages at fork; not started) or
-    "not repairable" (it does not, or RDMAV_USE_MADVISE is set).
+    repair is the fork repair's (:func:`rdmaspawn.repair_fork`): "repaired"
+    (in force: libibverbs' marks are kept off the pages a fork child needs,
+    and on a registration's inner pages), "repairable"
+    (the kernel copies pinned pages at fork; not started), or "not
+    repairable" (the kernel does not say so, or RDMAV_USE_MADVISE is set:
+    marks stay and protect).
     """
 
     state: str
@@ -67,10 +72,15 @@ def fork_status() -> ForkStatus:
 
 
 def fork_init() -> ForkStatus:
-    """Turn on libibverbs' fork protection in the libibverbs the process has
-    loaded (the one NCCL, pyverbs or UCX registered memory with), else the
-    system's; harmless to repeat. :class:`ForkInitError` when ibv_fork_init()
-    fails (EINVAL: memory was registered before the call)."""
+    """Turn on libibverbs' fork protection, correctly.
+
+    Asks the libibverbs instance the process already has loaded (the one
+    NCCL, pyverbs or UCX registered memory with), else loads the system's.
+    Does nothing when there is no libibverbs ("unavailable") or when the
+    kernel copies pinned pages at fork ("unneeded"), and nothing more once
+    enabled: calling it again is harmless. Raises :class:`ForkInitError` when
+    ibv_fork_init() fails; EINVAL means memory was registered before the call.
+    """
     state, library, err = _status("init")
     if err == _errno.EINVAL:
         raise ForkInitError(

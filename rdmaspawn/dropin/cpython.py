@@ -1,13 +1,10 @@
 """Everything rdmaspawn knows about CPython's private subprocess internals.
 
-One table keyed by version (``TABLE``), and the facts no version number
-tells (fork_exec's home, its parsers' wording, ``_posix_spawn``'s parameters,
-the error pipe's lines) looked up in the running CPython. Nothing is read
-before a gate, :func:`require` or :func:`errpipe_calls`, has checked it:
-routing 22 arguments by the positions of 23 would start the wrong child,
-silently. What does not match is refused (:class:`UnsupportedPython`), or
-left to CPython where its own is safe (glibc's posix_spawn never forks; a
-real error pipe). One module, so that a new CPython is checked against it alone.
+One table by version (``TABLE``), and the facts no version number tells,
+looked up in the running CPython; read only through a gate, :func:`require`
+or :func:`errpipe_calls`: routing 22 arguments by the positions of 23 would
+start the wrong child, silently. What does not match is refused
+(:class:`UnsupportedPython`), or left to CPython where its own is safe.
 """
 from __future__ import annotations
 
@@ -579,11 +576,8 @@ def replace_fork_exec(args: tuple[Any, ...], **values: Any) -> tuple[Any, ...]:
 
 
 def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
-    """Whether CPython's fork_exec forks for this call, rather than vfork().
-
-    With ``preexec_only`` (the callee is rdmaspawn's fork_exec, which forks
-    for nothing but a preexec_fn), only a preexec_fn counts.
-    """
+    """Whether CPython's fork_exec forks for this call, rather than vfork();
+    with ``preexec_only`` (rdmaspawn's fork_exec) only a preexec_fn counts."""
     if call.preexec_fn is not None:
         return True
     if preexec_only:
@@ -596,12 +590,8 @@ def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
 
 
 def use_vfork_flag() -> bool:
-    """The ``subprocess._USE_VFORK`` that this CPython's fork_exec obeys.
-
-    3.10-3.13 pass it as ``allow_vfork``; 3.14 has no such flag (a
-    ``_USE_VFORK`` set by hand is ignored), so it counts as True there. An
-    unknown CPython is taken at its attribute's word.
-    """
+    """The ``subprocess._USE_VFORK`` that this CPython's fork_exec obeys (3.14+,
+    which has none, ignores one set by hand)."""
     internals = current()
     if internals is not None and "allow_vfork" not in internals.params:
         return True
