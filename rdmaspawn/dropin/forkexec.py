@@ -2,7 +2,6 @@
 failure reaches ``_execute_child`` as CPython's child would report it."""
 from __future__ import annotations
 
-import _posixsubprocess
 import functools
 import os
 import subprocess
@@ -135,6 +134,12 @@ def make_fork_exec(fallback: Callable[..., int]) -> Callable[..., int]:
     return fork_exec
 
 
-#: The engine-based fork_exec used by rdmaspawn.Popen; under patch() or
-#: guard() the module attribute may be a wrapper.
-fork_exec: Callable[..., int] = make_fork_exec(_wrapping.innermost(_posixsubprocess.fork_exec))
+def _cpython_fork_exec() -> Callable[..., int]:
+    import _posixsubprocess
+
+    # Under patch() or guard() the module attribute may be a wrapper.
+    return _wrapping.innermost(_posixsubprocess.fork_exec)  # type: ignore[no-any-return]
+
+
+#: The engine-based fork_exec used by rdmaspawn.Popen.
+fork_exec: Callable[..., int] = make_fork_exec(_cpython_fork_exec())
