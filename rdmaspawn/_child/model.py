@@ -250,7 +250,7 @@ def build(
         ioprio=ioprio,
         cpu_affinity=cpus,
         no_new_privs=bool(no_new_privs),
-        pdeathsig=None if pdeathsig is None else _signal(pdeathsig),
+        pdeathsig=None if pdeathsig is None else _int(pdeathsig, "signal", 1, 64),
         privileged_first=bool(privileged_first),
     )
 
@@ -263,11 +263,7 @@ def _int(value: Any, what: str, low: int = -(1 << 63), high: int = 1 << 64) -> i
     return int(value)
 
 
-def _signal(sig: Any) -> int:
-    return _int(sig, "signal", 1, 64)
-
-
 def _signals(signals: Iterable[int]) -> frozenset[int]:
     if isinstance(signals, int):
         signals = (signals,)
-    return frozenset(_signal(sig) for sig in signals)
+    return frozenset(_int(sig, "signal", 1, 64) for sig in signals)

@@ -1,9 +1,7 @@
 """A :class:`~rdmaspawn._child.model.ChildSetup` as ``struct rs_setup``, and the spawn with it.
 
-Everything the child will read is made here, in the parent: the limit and
-CPU arrays, the signal masks, and the cgroup's fds (opened O_CLOEXEC, at 3
-or above so that installing stdin/stdout/stderr cannot clobber them, and
-closed again once the spawn returns).
+Everything the child reads is made in the parent; the cgroup's fds are at 3
+or above, so that installing stdin/stdout/stderr cannot clobber them.
 """
 from __future__ import annotations
 
@@ -50,10 +48,7 @@ def _open_high(path: str, flags: int) -> int:
 
 
 def _open_cgroup(path: str, fds: list[int]) -> tuple[int, int]:
-    """The cgroup directory (for CLONE_INTO_CGROUP) and its cgroup.procs.
-
-    A path that is no cgroup fails here with an OSError naming it.
-    """
+    """The cgroup directory (for CLONE_INTO_CGROUP) and its cgroup.procs."""
     directory = _open_high(path, os.O_RDONLY | os.O_DIRECTORY)
     fds.append(directory)
     procs = _open_high(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
@@ -63,11 +58,8 @@ def _open_cgroup(path: str, fds: list[int]) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def packed(setup: ChildSetup, ids_change: bool = False) -> Iterator[Any]:
-    """``struct rs_setup *`` for ``setup``, valid inside the block.
-
-    ``ids_change``: the request changes user, group or groups, which a
-    preexec_fn's cgroup must be joined as (not by clone3, as the parent).
-    """
+    """``struct rs_setup *`` for ``setup``, valid inside the block; with
+    ``ids_change`` a preexec_fn's cgroup is joined as the new ids."""
     fds: list[int] = []
     try:
         s = ffi.new("struct rs_setup *")
@@ -131,17 +123,10 @@ def _dispose(spawned: Any) -> None:
 
 
 def spawn_with(setup: ChildSetup, ids_change: bool, spawn: Callable[[int], T]) -> T:
-    """``spawn(address)``, the one C converter's spawn of a request it has
-    converted (engine.spawn_request, the C fork_exec), with ``setup`` packed
-    at ``address`` and carried out in the child.
-
-    ``ids_change``: the request changes user, group or groups (see
-    :func:`packed`). The caller makes the setup's umask the request's (the
-    last one set wins, and a umask cannot fail). A death signal makes the
-    spawn follow the process (see ``spawner``). The setup's session and group
-    are its own steps, after the request's, as CPython calls preexec_fn after
-    start_new_session= and process_group=.
-    """
+    """``spawn(address)``, the C converter's spawn of a request it has
+    converted, with ``setup`` packed at ``address``. The caller makes the
+    setup's umask the request's; the setup's session and group come after the
+    request's, as CPython calls preexec_fn after start_new_session=."""
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.

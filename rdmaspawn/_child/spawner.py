@@ -1,12 +1,8 @@
 """One long-lived thread that starts the children that ask for a death signal.
 
 The kernel sends PR_SET_PDEATHSIG's signal when the *thread* that created
-the child exits, not the process (prctl(2)). A child started from a
-short-lived worker (a ThreadPoolExecutor thread that ends) would be killed
-while its parent process lives on. So such spawns, from any thread but the
-main one, run on this thread, which lives as long as the process: the death
-signal then follows the process. The caller's signal mask travels with the
-request, so the child sees the mask of the thread that asked.
+the child exits (prctl(2)), so a child started from a worker thread that
+ends would be killed while its parent lives on.
 """
 from __future__ import annotations
 
@@ -48,13 +44,9 @@ def _queue() -> queue.SimpleQueue[_Job]:
 
 
 def run_as_process(call: Callable[[], Any], undo: Callable[[Any], None]) -> Any:
-    """``call()``, run where a death signal follows the process.
-
-    From the main thread (which lives as long as the process) it runs in
-    place. Elsewhere it runs on the spawner thread; if the caller is
-    interrupted while waiting (KeyboardInterrupt), the spawn still completes
-    and ``undo(result)`` disposes of the child nobody will own.
-    """
+    """``call()``, run where a death signal follows the process (the main
+    thread, or the spawner thread); ``undo(result)`` disposes of a child
+    whose caller was interrupted while waiting."""
     if threading.current_thread() is threading.main_thread():
         return call()
     box: list[Any] = []

@@ -1,13 +1,8 @@
 """What backs each MADV_DONTFORK mapping, and how badly a fork() child would trip on it.
 
-The one rule for "does this mark hurt a fork()": the doctor reports every
-:class:`Finding`, and ``rdmaspawn.guard()`` refuses (or warns about) a fork
-exactly where :func:`fork_hazards` finds one, so the two never disagree.
-Device memory and the kernel's own mappings (their driver's or the kernel's
-mark) and a buffer on pages of its own (nothing else lives there: fork() and
-a child that execs never touch it) are risk ``"none"``; everything else is a
-hazard. The fork repair's sweep (csrc/unmark.c) applies the same rule to
-this process from C, inside a fork's prepare handler.
+The one rule, so that the doctor and ``rdmaspawn.guard()`` never disagree
+(csrc/unmark.c applies it in C): device and kernel memory and a buffer on
+pages of its own are risk ``"none"``; everything else is a hazard.
 """
 
 from __future__ import annotations
@@ -63,28 +58,23 @@ def fork_hazards(ordered: Sequence[Mapping], pid: Pid = "self") -> list[Finding]
 
 
 def hazards_in(smaps: bytes, pid: Pid = "self") -> list[Finding]:
-    """:func:`fork_hazards` of ``/proc/PID/smaps`` text already read; where nothing but
-    device memory is marked (the usual case) it parses nothing more."""
+    """:func:`fork_hazards` of ``/proc/PID/smaps`` text already read."""
     marked = {m.start: m for m in dontfork_in(smaps, devices=False)}
     if not marked:
         return []
-    # The rest only as far as the rule looks (addresses, permissions, files):
-    # an smaps entry starts with its maps line, and reading those alone costs
-    # a third of parsing every entry (the guard pays it at a fork).
+    # The rest only as far as the rule looks: cheaper than every entry's fields.
     ordered = [marked.get(m.start, m) for m in parse_maps(smaps)]
     return fork_hazards(ordered, pid)
 
 
 def own_hazards(smaps: bytes) -> list[Finding]:
-    """:func:`hazards_in` of this process's own ``smaps`` text, less the fork
-    repair's own marks (a registration's inner pages: nothing a child needs),
-    which only this process can tell (``forkrepair.vouches``)."""
+    """:func:`hazards_in` of this process's ``smaps`` text, less the fork
+    repair's own marks, which only this process can tell."""
     return [f for f in hazards_in(smaps) if not vouches(f.mapping.start, f.mapping.end)]
 
 
 def has_fork_hazard(pid: Pid = "self") -> bool:
-    """Whether the process holds a mark a fork() child trips on (one read of smaps);
-    for this process, the fork repair's own marks are not counted."""
+    """Whether the process holds a mark a fork() child trips on."""
     if pid == "self":
         return bool(own_hazards(read_smaps(pid)))
     return bool(hazards_in(read_smaps(pid), pid))
@@ -133,7 +123,6 @@ def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Findi
 
 
 def _anonymous(m: Mapping, ordered: Sequence[Mapping], pid: Pid) -> Finding:
-    """Anonymous memory outside the malloc heaps: bordering other memory, or on its own."""
     block = malloc_block(m, pid) if m.perms.startswith("r") else False
     if block is not False:
         # Unreadable (no ptrace access to the process) is not called safe either.
@@ -153,9 +142,7 @@ def _anonymous(m: Mapping, ordered: Sequence[Mapping], pid: Pid) -> Finding:
                        f"anonymous memory bordering other anonymous memory ({what}): likely "
                        "split off a malloc'd block or memory next to Python's object arenas; "
                        "the rest of those pages is lost to a fork() child")
-    # Nothing else lives on these pages, so fork() itself and a child that
-    # execs never touch them: the safe way to hold registered memory (checked
-    # on a real registration, tests/realdevice/test_rxe.py).
+    # Nothing else lives on these pages: the safe way to hold registered memory.
     return Finding(m, "anon", "none",
                    "an anonymous mapping of its own (a page-aligned, page-padded buffer, e.g. "
                    "mmap): nothing else shares its pages, so fork() works; only a child that "

@@ -1,6 +1,4 @@
-"""glibc's thread heaps: does an address lie in one, and is the header there
-glibc's (the fork-risk rule and the hazard planter ask; :mod:`procfs` gives
-the mappings)."""
+"""glibc's thread heaps: does an address lie in one, and is its header glibc's."""
 
 from __future__ import annotations
 
@@ -15,23 +13,18 @@ from .procfs import Mapping, Pid, proc_path
 __all__ = ["HEAP_MAX_SIZE", "heap_header", "malloc_block", "thread_heap_base"]
 
 
-#: glibc's HEAP_MAX_SIZE (malloc/arena.c: 2 * DEFAULT_MMAP_THRESHOLD_MAX, i.e.
-#: 2 * 4 * 1024 * 1024 * sizeof(long)): 64 MiB on 64-bit, 1 MiB on 32-bit.
-#: Every thread arena's heap is an mmap() of exactly this size at an address
-#: aligned to it, starting with its heap_info header.
+#: glibc's HEAP_MAX_SIZE (malloc/arena.c): every thread heap is an mmap() of
+#: this size, aligned to it, starting with its heap_info header.
 HEAP_MAX_SIZE = 2 * 4 * 1024 * 1024 * (8 if sys.maxsize > 2**32 else 4)
 
 
 def thread_heap_base(addr: int, mappings: Sequence[Mapping]) -> int | None:
     """The heap_info address of the glibc thread heap holding ``addr``, else None.
 
-    ``mappings`` are the process's, in address order (:func:`all_mappings` or
-    :func:`parse_maps`).  A thread heap is anonymous memory that starts at a
-    HEAP_MAX_SIZE-aligned address with readable pages (read-write first,
-    PROT_NONE after) and covers the whole aligned block; madvise() may have
-    split it into several mappings, so the block must be covered with no gap
-    and nothing but anonymous memory.  A mapping that merely overlaps an
-    aligned block (a large array) does not start at its base and is refused.
+    A thread heap covers its whole aligned block with anonymous memory,
+    readable at its base; madvise() may have split it into several mappings
+    (``mappings``, in address order). A large array that merely overlaps a
+    block does not start at its base.
     """
     base = addr - (addr % HEAP_MAX_SIZE)
     end = base + HEAP_MAX_SIZE
@@ -53,15 +46,9 @@ _HEAP_INFO = struct.Struct("@PPNN")
 def heap_header(base: int, mappings: Sequence[Mapping], pid: Pid = "self") -> bool | None:
     """Whether a glibc ``heap_info`` really sits at ``base`` (a :func:`thread_heap_base`).
 
-    The layout alone cannot tell a thread heap from any other 64 MiB-aligned
-    anonymous block (a communication library's pool, say), so the header is
-    read from ``/proc/PID/mem`` and held to what glibc writes there:
-    ``ar_ptr`` set (right after the header for an arena's first heap, in
-    another heap for a later one), ``prev`` another aligned heap or none, and
-    ``size`` <= ``mprotect_size`` <= HEAP_MAX_SIZE, whole pages, with at least
-    ``size`` bytes readable and writable from ``base`` on.  None when the
-    memory cannot be read (reading another process's memory needs ptrace
-    access: the same user and a Yama scope that allows it, or root).
+    The layout alone cannot tell a thread heap from another aligned block (a
+    communication library's pool), so the header is read and held to what
+    glibc writes there. None when the memory cannot be read (ptrace access).
     """
     raw = _read_memory(pid, base, _HEAP_INFO.size)
     if raw is None:
@@ -92,10 +79,8 @@ _CHUNK = struct.Struct("@NN")
 
 
 def malloc_block(m: Mapping, pid: Pid = "self") -> bool | None:
-    """Whether ``m`` is, whole, a block glibc's malloc mapped for one allocation:
-    its chunk header opens it (prev_size 0, the size with IS_MMAPPED, the
-    mapping's length in whole pages), and ``free()`` reads it. None when it
-    cannot be read."""
+    """Whether ``m`` is, whole, a block glibc's malloc mapped for one allocation
+    (its chunk header, which ``free()`` reads, opens it); None when unreadable."""
     raw = _read_memory(pid, m.start, _CHUNK.size)
     if raw is None:
         return None
@@ -106,8 +91,6 @@ def malloc_block(m: Mapping, pid: Pid = "self") -> bool | None:
 
 
 def _read_memory(pid: Pid, address: int, size: int) -> bytes | None:
-    """``size`` bytes of the process's memory at ``address`` (/proc/PID/mem), or None:
-    reading another process's memory needs ptrace access."""
     try:
         fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

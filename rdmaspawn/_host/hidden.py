@@ -1,22 +1,9 @@
 """Processes that /proc hides from this user (``hidepid=``), counted from elsewhere.
 
-With ``hidepid=2`` (``invisible``) /proc lists only the caller's own
-processes: a scan of /proc alone finds one process and calls the node clean.
-With ``hidepid=1`` (``noaccess``) the others are listed but not readable.
-The kernel lists every process in other places that /proc's options do not
-touch, and those are asked:
-
-===========================  ==============================================
-source                       gives
-===========================  ==============================================
-``/sys/fs/cgroup/**/         every pid of every cgroup (v1 or v2): a pid
-cgroup.procs``               listed there, alive (``kill(pid, 0)`` answers,
-                             EPERM included) and absent from /proc is hidden
-``/proc/loadavg``            the kernel's count of threads (4th field), set
-                             against the threads of the processes seen:
-                             where cgroups cannot be read
-``/proc/self/mountinfo``     the ``hidepid=`` option of the /proc mounted
-===========================  ==============================================
+With ``hidepid=2`` a scan of /proc alone finds one process and calls the
+node clean. A live pid in a cgroup's ``cgroup.procs`` and absent from /proc
+is hidden; where cgroups cannot be read, /proc/loadavg's count of threads is
+set against the threads of the processes seen.
 """
 
 from __future__ import annotations

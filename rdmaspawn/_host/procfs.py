@@ -1,14 +1,9 @@
-"""Read ``/proc/PID/smaps``: which mappings a ``fork()`` child would not get.
-
-``madvise(MADV_DONTFORK)`` shows as the ``dc`` flag on a mapping's
-``VmFlags:`` line; a ``fork()`` child gets no copy of such a mapping and
-dies with SIGSEGV when it touches it. :func:`has_dontfork` runs before a
-spawn that must fork, so it only searches the bytes for ``" dc "`` (each
-flag is two letters and a space) on a ``VmFlags:`` line, building no object.
-Driver mappings (``/dev/infiniband/uverbs*``, ``/dev/nvidia*``) are often
-``dc`` too, but only the driver's library touches them: left out unless
-asked. The one reader of ``/proc/PID/{smaps,maps}``; :func:`read_proc` the
+"""The one reader of ``/proc/PID/{smaps,maps}``, and :func:`read_proc`, the
 one way to read a ``/proc/PID`` file.
+
+``madvise(MADV_DONTFORK)`` shows as ``dc`` on a mapping's ``VmFlags:`` line:
+a ``fork()`` child gets no copy of it. :func:`has_dontfork` runs before a
+spawn that must fork, so it searches the bytes and builds no object.
 """
 
 from __future__ import annotations
@@ -167,14 +162,14 @@ def _lines_with(data: bytes, needle: bytes) -> list[tuple[int, int]]:
     return lines
 
 
-def _dc_hits(data: bytes) -> list[tuple[int, int]]:
-    """(line start, line end) of every ``VmFlags:`` line that carries ``dc``."""
-    return [(s, e) for s, e in _lines_with(data, _DC) if data.startswith(_VMFLAGS, s)]
+def _entries(data: bytes, needle: bytes = _VMFLAGS) -> list[bytes]:
+    """The smaps entries whose ``VmFlags:`` line (every entry's last) holds ``needle``."""
+    return [_block_of(data, s, e) for s, e in _lines_with(data, needle)
+            if data.startswith(_VMFLAGS, s)]
 
 
 def _block_of(data: bytes, vmflags_start: int, vmflags_end: int) -> bytes:
-    """The smaps entry that ends with the VmFlags line at ``vmflags_start``
-    (the last line of every entry: it starts after the previous one's)."""
+    # An entry starts after the previous one's VmFlags line.
     prev = data.rfind(b"\n" + _VMFLAGS, 0, vmflags_start - 1)
     if prev == -1:
         start = 0
@@ -192,14 +187,8 @@ def _header_path(block: bytes) -> bytes:
 def has_dontfork(pid: Pid = "self", *, devices: bool = False) -> bool:
     """Whether the process has any ``MADV_DONTFORK`` mapping a ``fork()`` child
     could trip on (device mappings only with ``devices``)."""
-    data = read_smaps(pid)
-    for line_start, line_end in _dc_hits(data):
-        if devices:
-            return True
-        path = os.fsdecode(_header_path(_block_of(data, line_start, line_end)))
-        if not is_device_path(path):
-            return True
-    return False
+    return any(devices or not is_device_path(os.fsdecode(_header_path(block)))
+               for block in _entries(read_smaps(pid), _DC))
 
 
 def _parse_header(line: bytes) -> Mapping | None:
@@ -237,30 +226,9 @@ def _parse_block(block: bytes) -> Mapping | None:
     return header._replace(vmflags=flags, rss_kb=rss)
 
 
-def _is_header(line: bytes) -> bool:
-    # Field lines are "Key:   value"; a header's first token is "lo-hi".
-    head = line.split(b" ", 1)[0]
-    return b"-" in head and not head.endswith(b":")
-
-
 def parse_smaps(data: bytes) -> list[Mapping]:
     """Every mapping in the given ``smaps`` text, in address order."""
-    out: list[Mapping] = []
-    lines = data.split(b"\n")
-    i = 0
-    n = len(lines)
-    while i < n:
-        if not _is_header(lines[i]):
-            i += 1
-            continue
-        j = i + 1
-        while j < n and lines[j] and not _is_header(lines[j]):
-            j += 1
-        m = _parse_block(b"\n".join(lines[i:j]))
-        if m is not None:
-            out.append(m)
-        i = j
-    return out
+    return [m for m in map(_parse_block, _entries(data)) if m is not None]
 
 
 def all_mappings(pid: Pid = "self") -> list[Mapping]:
@@ -275,12 +243,8 @@ def dontfork_mappings(pid: Pid = "self", *, devices: bool = True) -> list[Mappin
 
 def dontfork_in(data: bytes, *, devices: bool = True) -> list[Mapping]:
     """:func:`dontfork_mappings` of ``smaps`` text already read."""
-    out = []
-    for line_start, line_end in _dc_hits(data):
-        m = _parse_block(_block_of(data, line_start, line_end))
-        if m is not None and (devices or not m.device):
-            out.append(m)
-    return out
+    return [m for m in map(_parse_block, _entries(data, _DC))
+            if m is not None and (devices or not m.device)]
 
 
 def device_headers(data: bytes) -> list[bytes]:
@@ -288,7 +252,7 @@ def device_headers(data: bytes) -> list[bytes]:
     (the same line in either)."""
     lines = (data[start:end] for start, end in _lines_with(data, b" /dev/"))
     return [line for line in lines
-            if _is_header(line) and is_device_path(os.fsdecode(_header_path(line)))]
+            if _parse_header(line) and is_device_path(os.fsdecode(_header_path(line)))]
 
 
 def device_dontfork_pages(data: bytes) -> dict[bytes, int]:

@@ -1,10 +1,7 @@
 """Ask the kernel over RDMA netlink whether it copies DMA-pinned pages at fork().
 
-The question libibverbs of rdma-core 35 and later asks (RDMA_NLDEV_CMD_SYS_GET,
-attribute RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK, Linux 5.13 and later), asked
-directly, so that the answer does not depend on which libibverbs the process
-has, or whether it has one. The doctor reports it; the fork repair
-(:mod:`rdmaspawn._native.forkrepair`) runs only where it is yes.
+Asked directly, so that the answer does not depend on which libibverbs the
+process has, or whether it has one.
 """
 
 from __future__ import annotations
@@ -25,13 +22,8 @@ _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
 
 
 def rdma_netlink_copy_on_fork() -> tuple[bool | None, str]:
-    """Ask the kernel what libibverbs (rdma-core >= 35) asks it: does it copy pinned pages?
-
-    Returns (answer, how it went): True or False when RDMA netlink answered,
-    None with the reason when it could not be asked -- then libibverbs cannot
-    ask either, and ibv_fork_init() marks DONTFORK as before.  RDMA netlink
-    exists once ib_core is loaded (any RDMA driver loads it).
-    """
+    """(answer, how it went): what libibverbs (rdma-core >= 35) asks the kernel;
+    None with the reason where it cannot be asked (nor by libibverbs)."""
     import _socket  # not socket, nor at the top: RDMASPAWN's start-up may import this module
 
     try:

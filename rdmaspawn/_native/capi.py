@@ -1,8 +1,5 @@
-"""csrc/python/'s builtins, which keep the GIL where a cffi call would hand
-it over on every spawn (csrc/python/functions.c says why): the extension
-module ``rdmaspawn._native._capi``, loaded once from the cffi-built file
-itself, so that both share one copy of every static.
-"""
+"""csrc/python/'s builtins (they keep the GIL, csrc/python/functions.c says
+why), loaded from the cffi-built file itself, so that both share its statics."""
 from __future__ import annotations
 
 import importlib.machinery

@@ -1,21 +1,9 @@
 """Which system call starts this process's children, and ``RDMASPAWN_CLONE``.
 
-The engine (``csrc/spawn.c``) starts a child with clone3() and its own entry
-where the kernel allows it, else with glibc's clone(). Both are
-CLONE_VM|CLONE_VFORK; they differ in who resets the signal handlers (the
-kernel, with CLONE_CLEAR_SIGHAND, or the child) and in how much of the engine
-each exercises, so tests and CI run both on the same kernel:
-
-=====================  ==========================================================
-``RDMASPAWN_CLONE``    effect (read once, when the engine is first imported)
-=====================  ==========================================================
-unset, ``auto``        clone3() where the kernel allows it, else clone()
-``clone``              glibc clone() for every spawn of the process
-=====================  ==========================================================
-
-Any other value is reported once (a RuntimeWarning) and treated as ``auto``.
-The variable is inherited, so helper interpreters and ``rdmaspawn run``'s
-command take the same path. ``rdmaspawn doctor`` shows the path taken.
+The engine starts a child with clone3() where the kernel allows it, else
+glibc's clone(); ``RDMASPAWN_CLONE=clone`` (read once, inherited) forces
+clone(), so that tests and CI run both paths on one kernel. Any other value
+than ``auto`` is reported once (a RuntimeWarning) and treated as ``auto``.
 """
 from __future__ import annotations
 

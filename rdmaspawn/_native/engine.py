@@ -1,15 +1,9 @@
-"""Thin binding over the C core: Python values in, exceptions out.
-
-Mirrors the C names (``rs_spawn`` -> :func:`spawn`); libibverbs' fork status
-is :mod:`.forkstatus`'s. Everything the child will read is validated and
-converted in C (csrc/python/convert.c) before the clone: a bad argument
-never reaches the child.
-"""
+"""Thin binding over the C core (``rs_spawn`` -> :func:`spawn`): Python values in,
+exceptions out; csrc/python/convert.c checks every argument before the clone."""
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from .._child import pack
 from .._child.model import ChildSetup
@@ -25,9 +19,6 @@ from .request import (
     WANT_PIDFD,
     SpawnRequest,
 )
-
-if TYPE_CHECKING:
-    pass  # the stub's name for a cffi value
 
 # RDMASPAWN_CLONE=clone: every spawn of this process through glibc clone().
 _clonepath.apply_variable(os.environ)
@@ -146,17 +137,14 @@ def spawn(
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
-#: csrc/python/convert.c's conversion and spawn of a SpawnRequest:
-#: ``(request, then)`` -> ``(pid, pidfd)``.
+#: csrc/python/convert.c: ``(request, then)`` -> ``(pid, pidfd)``.
 _spawn_request = _capi.spawn_request
 
 
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
-    """Start the child ``request`` describes; as :func:`spawn`. It is
-    converted and spawned in C (csrc/python/convert.c); a declarative setup
-    is packed once the request is converted (:mod:`rdmaspawn._child.pack`),
-    so a bad argument is raised first, as CPython raises it before any
-    preexec_fn runs."""
+    """Start the child ``request`` describes, as :func:`spawn`; its setup is
+    packed once the request is converted, so that a bad argument is raised
+    first, as CPython raises it before any preexec_fn runs."""
     setup = request.setup
     if setup is None:
         return _spawn_request(request, None)
@@ -169,8 +157,6 @@ def spawn_request(request: SpawnRequest) -> tuple[int, int]:
 
 def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,
                  exec_list: Sequence[object]) -> SpawnError:
-    """The SpawnError for a failed spawn: its ``struct rs_result``'s err,
-    step, pid and exec_index, and the request's flags, cwd and exec_list."""
     error = SpawnError(err, ffi.string(lib.rs_step_name(step)).decode(),
                        cwd if step == lib.RS_STEP_CHDIR
                        # the path whose error this is

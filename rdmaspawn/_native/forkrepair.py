@@ -1,13 +1,9 @@
 """The fork repair: keep libibverbs' MADV_DONTFORK marks off the pages a fork() child needs.
 
-On a kernel that copies DMA-pinned pages into a fork() child (and says so
-over RDMA netlink), libibverbs' marks, rounded out to whole pages, take
-malloc's and Python's data on a registration's edges out of the child.
-:func:`repair_fork` asks the kernel and, where it says yes, has
-``csrc/forkrepair.c`` mark only the pages wholly inside each registration,
-sweep earlier marks a child trips on, and catch a libibverbs loaded later;
-then fork() works again, with no change of start method. Elsewhere it
-refuses in one line. docs/how-it-works.md has the mechanism and its limits.
+Where the kernel copies DMA-pinned pages into a fork() child (and says so),
+:func:`repair_fork` has ``csrc/forkrepair.c`` mark only the pages wholly
+inside each registration, so fork() works again; elsewhere it refuses in one
+line (docs/how-it-works.md).
 """
 from __future__ import annotations
 

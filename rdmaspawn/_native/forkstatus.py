@@ -1,7 +1,4 @@
-"""libibverbs' fork protection, as the C core asks it: :func:`fork_status`,
-:func:`fork_init` (``rs_fork_status``, ``rs_fork_init``) and the fork
-repair's word beside them.
-"""
+"""libibverbs' fork protection as the C core asks it (``rs_fork_status``, ``rs_fork_init``)."""
 from __future__ import annotations
 
 import errno as _errno

@@ -1,9 +1,5 @@
-"""The spawn request: everything one spawn asks of the engine, by name.
-
-The Python side's one list of the request's fields. csrc/python/convert.c
-alone turns it into rs_spawn_packed()'s flat arguments, and csrc/packed.c
-alone turns those into ``struct rs_request``.
-"""
+"""The spawn request: the Python side's one list of what a spawn asks of the
+engine (csrc/python/convert.c alone converts it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,13 +1,8 @@
 """Apply ``RDMASPAWN`` at interpreter start (called by the ``rdmaspawn-autostart.pth`` hook).
 
-The hook's line looks the variable up (one dictionary lookup without it) and
-imports this module and calls :func:`start` with it, turning an import
-failure into one line on stderr. Every interpreter of a job pays for what
-runs here, so it loads almost nothing: the stand-ins (``standin``: the patch
-and the guard load at the first spawn or fork), the doctor's markers, the
-fork repair's question to the kernel, hooks on multiprocessing's import.
-An entry point like ``__main__``; it runs before ``sitecustomize``, so a
-user's own start-up code can change what it did.
+Every interpreter of a job pays for what runs here, so it loads almost
+nothing: the patch and the guard load at the first spawn or fork. It runs
+before ``sitecustomize``, so a user's own start-up code can change what it did.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

@@ -47,23 +47,12 @@ UNPROTECTED_PREFIX = "rdmaspawn-unprotected-"
 #: dropin/errpipe.py looks through it for rdmaspawn's own fork_exec.
 GUARD_WRAPPER = "__rdmaspawn_guard__"
 
-# Two ways to map a marker. The C core's rs_marker_set() maps it and keeps
-# no descriptor, but loading the core (cffi's backend with it) is a large
-# part of an interpreter's start-up under RDMASPAWN=on, which sets the
-# markers at start-up (docs/benchmark.md). Python's own mmap needs no C core: on 3.13+ it keeps no
-# descriptor either (trackfd=False); before 3.13 it keeps a dup of one
-# (close-on-exec), so there it is used only while the C core is not loaded,
-# and its markers move to the C core, closing that descriptor, the first
-# time a marker is set with the core loaded (patch()'s, at the first spawn).
-#
-# That kept descriptor is the program's to close: a daemon closes every
-# descriptor above 2 and opens its own, which may take the same number.
-# Closing the mmap then would close the program's file (or a spawn's
-# error pipe), so before 3.13 each marker remembers which file its mmap's
-# descriptor is, and an mmap whose descriptor is now another file is kept,
-# not closed: its page stays mapped (the doctor may see a state that has
-# ended), and the program's descriptor stays the program's until the
-# interpreter's end frees the mmap with everything else.
+# Two ways to map a marker: the C core's rs_marker_set() keeps no descriptor,
+# but loading the core is a large part of start-up; Python's mmap needs no
+# core, but before 3.13 keeps a dup of the memfd, so there its markers move to
+# the core once it is loaded. A daemon may close that dup and reuse its number:
+# an mmap whose descriptor is now another file is kept, not closed, so that
+# closing it never closes the program's file.
 _C = "rdmaspawn._rdmaspawn_cffi"
 _TRACKFD = sys.version_info >= (3, 13)
 #: slot -> (name, the mmap holding its page, (its descriptor, (st_dev, st_ino)) before 3.13)

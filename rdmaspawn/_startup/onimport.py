@@ -1,14 +1,9 @@
 """Run a function when a module has been imported: now if it is already, else right after.
 
-Start-up adjusts multiprocessing, which most processes never import, so the
-adjustment waits for the import: a finder first on ``sys.meta_path`` wraps
-the real loader (every other attribute handed to it) to run the function
-once the module's code has run. Some of this package's modules import the
-awaited module at their top, which would then be half-built: while something
-waits, they load through a wrapper too, and what comes due inside one waits
-for the outermost; an ``at_once`` function runs inside the awaited module's
-own import, before any other thread sees it. Imports nothing the interpreter
-has not loaded already (``threading`` or ``typing`` would cost every one).
+Start-up adjusts multiprocessing, which most processes never import: a finder
+first on ``sys.meta_path`` wraps the real loader to run the function once the
+module's code has run. Imports nothing the interpreter has not loaded already
+(``threading`` or ``typing`` would cost every one).
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

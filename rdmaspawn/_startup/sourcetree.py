@@ -1,11 +1,8 @@
 """Refuse, in one line, to run from a source tree that has no compiled core.
 
-Started at a checkout's root, Python imports the checkout's ``rdmaspawn/``,
-which without ``_rdmaspawn_cffi*.so`` (``pip install -e .``) fails with a
-plain ImportError that says nothing; numpy refuses the same way. Importing
-this module checks, only once the core's import failed. Under site.py
-(RDMASPAWN's start-up) it checks that the core's file is there, not its load:
-cffi's backend would cost every interpreter, and start-up needs no C.
+Importing a checkout without ``_rdmaspawn_cffi*.so`` fails with a plain
+ImportError that says nothing. Under site.py only the core's file is
+checked, not its load: cffi's backend would cost every interpreter.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

@@ -2,16 +2,11 @@
 start-up and made real at the first spawn or fork.
 
 Loading the patch and the engine is most of what ``import subprocess`` would
-cost an interpreter under ``RDMASPAWN=on``, and most never spawn. So inside
-subprocess's own import (``onimport``'s ``at_once``: no thread sees it
-without them) a stand-in goes at each name through which the standard
-library starts a child (:data:`FORK_EXEC_HOMES`, ``Popen._posix_spawn``;
-``os._spawnvef`` at start-up). The first call of one, or of ``dropin.patch``'s
-functions (:func:`give_way`), takes them out and runs what start-up deferred,
-under one lock; no child starts before. One held by someone else's wrapper
-without ``__wrapped__`` stays, passing calls on. ``os.fork``/``os.forkpty``
-get the guard's the same way (:func:`install_forks`, :func:`give_way_forks`).
-This module imports nothing the interpreter has not loaded already.
+cost an interpreter under ``RDMASPAWN=on``, and most never spawn. So a
+stand-in goes at each name through which the standard library starts a child
+(:data:`FORK_EXEC_HOMES`, ``Popen._posix_spawn``, ``os._spawnvef``); the first
+call of one takes them all out, under one lock, before any child starts.
+Imports nothing the interpreter has not loaded already.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.

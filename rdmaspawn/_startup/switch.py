@@ -44,11 +44,8 @@ _ITEMS_HELP = ("patch, guard=warn|raise, repair, start_method=forkserver|spawn, 
 
 
 class Settings(tuple):  # type: ignore[type-arg]
-    """What one ``RDMASPAWN`` value asks for: a tuple of its five fields, in
-    this order. Written out by hand: ``typing.NamedTuple``, ``namedtuple``
-    and ``dataclasses`` would import typing or collections in every
-    interpreter that starts with ``RDMASPAWN`` set, several times what this
-    module costs (``python -m rdmaspawn.bench.startup`` measures it)."""
+    """What one ``RDMASPAWN`` value asks for: a tuple of its five fields. By
+    hand: a NamedTuple would import typing in every interpreter it starts."""
 
     __slots__ = ()
     _fields = ("patch", "guard", "start_method", "verbose", "repair")

@@ -1,13 +1,10 @@
 """Everything rdmaspawn knows about CPython's private subprocess internals.
 
-One table keyed by version (``TABLE``), and the facts no version number
-tells (fork_exec's home, its parsers' wording, ``_posix_spawn``'s parameters,
-the error pipe's lines) looked up in the running CPython. Nothing is read
-before a gate, :func:`require` or :func:`errpipe_calls`, has checked it:
-routing 22 arguments by the positions of 23 would start the wrong child,
-silently. What does not match is refused (:class:`UnsupportedPython`), or
-left to CPython where its own is safe (glibc's posix_spawn never forks; a
-real error pipe). One module, so that a new CPython is checked against it alone.
+One table by version (``TABLE``), and the facts no version number tells,
+looked up in the running CPython; read only through a gate, :func:`require`
+or :func:`errpipe_calls`: routing 22 arguments by the positions of 23 would
+start the wrong child, silently. What does not match is refused
+(:class:`UnsupportedPython`), or left to CPython where its own is safe.
 """
 from __future__ import annotations
 
@@ -515,54 +512,44 @@ def fork_exec_positions(names: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(params.index(name) if name in params else -1 for name in names)
 
 
-def _statements(source: str) -> list[tuple[str, set[str]]] | None:
-    """Each statement of ``source``: its text (the single line, comments left
-    out; "" for one that spans lines) and the names it uses; None where it
-    does not tokenize."""
-    import tokenize  # here: only the first spawn that recompiles the method reads it
-
-    lines = source.splitlines()
-    out: list[tuple[str, set[str]]] = []
-    part: list[tokenize.TokenInfo] = []
-    skip = (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
-            tokenize.ENDMARKER)
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (SyntaxError, tokenize.TokenError):
-        return None
-    for tok in tokens:
-        if tok.type in skip:
-            continue
-        if tok.type != tokenize.NEWLINE:
-            part.append(tok)
-            continue
-        first, last = part[0], part[-1]
-        one_line = first.start[0] == last.end[0]
-        text = lines[first.start[0] - 1][first.start[1]:last.end[1]] if one_line else ""
-        out.append((text, {t.string for t in part if t.type == tokenize.NAME}))
-        part = []
-    return out
-
-
 def errpipe_calls(source: str) -> tuple[tuple[str, str], ...] | None:
     """The gate of :data:`ERRPIPE_CALLS`: those calls, where ``source`` (this
     CPython's ``_execute_child``, as dropin/execute_child.py reads it) makes
     each once and names errpipe_read and errpipe_write in no statement but
     :data:`ERRPIPE_LINES` (once each) and its one fork_exec call; else None,
     and the pipe stays a real one."""
+    import tokenize  # here: only the first spawn that recompiles the method reads it
+
     internals = current()
-    if internals is None:
+    if internals is None or any(source.count(old) != 1 for old, _ in ERRPIPE_CALLS):
         return None
-    if any(source.count(old) != 1 for old, _ in ERRPIPE_CALLS):
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (SyntaxError, tokenize.TokenError):
         return None
-    statements = _statements(source)
-    if statements is None:
-        return None
-    naming = [(text, names) for text, names in statements
-              if not names.isdisjoint(_ERRPIPE_NAMES)]
-    calls = [names for text, names in naming if internals.home[1] in names]
-    rest = sorted(text for text, names in naming if internals.home[1] not in names)
-    if len(calls) != 1 or rest != sorted(ERRPIPE_LINES):
+    lines = source.splitlines()
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER)
+    calls, rest, part = 0, [], []
+    for tok in tokens:
+        if tok.type in skip:
+            continue
+        if tok.type != tokenize.NEWLINE:
+            part.append(tok)
+            continue
+        # A statement naming the pipe: its one line's text, comments left out
+        # ("" where it spans lines), unless it is the fork_exec call.
+        first, last = part[0], part[-1]
+        names = {t.string for t in part if t.type == tokenize.NAME}
+        part = []
+        if names.isdisjoint(_ERRPIPE_NAMES):
+            continue
+        if internals.home[1] in names:
+            calls += 1
+        else:
+            rest.append(lines[first.start[0] - 1][first.start[1]:last.end[1]]
+                        if first.start[0] == last.end[0] else "")
+    if calls != 1 or sorted(rest) != sorted(ERRPIPE_LINES):
         return None
     return ERRPIPE_CALLS
 
@@ -589,11 +576,8 @@ def replace_fork_exec(args: tuple[Any, ...], **values: Any) -> tuple[Any, ...]:
 
 
 def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
-    """Whether CPython's fork_exec forks for this call, rather than vfork().
-
-    With ``preexec_only`` (the callee is rdmaspawn's fork_exec, which forks
-    for nothing but a preexec_fn), only a preexec_fn counts.
-    """
+    """Whether CPython's fork_exec forks for this call, rather than vfork();
+    with ``preexec_only`` (rdmaspawn's fork_exec) only a preexec_fn counts."""
     if call.preexec_fn is not None:
         return True
     if preexec_only:
@@ -606,12 +590,8 @@ def fork_exec_forks(call: ForkExecCall, preexec_only: bool = False) -> bool:
 
 
 def use_vfork_flag() -> bool:
-    """The ``subprocess._USE_VFORK`` that this CPython's fork_exec obeys.
-
-    3.10-3.13 pass it as ``allow_vfork``; 3.14 has no such flag (a
-    ``_USE_VFORK`` set by hand is ignored), so it counts as True there. An
-    unknown CPython is taken at its attribute's word.
-    """
+    """The ``subprocess._USE_VFORK`` that this CPython's fork_exec obeys (3.14+,
+    which has none, ignores one set by hand)."""
     internals = current()
     if internals is not None and "allow_vfork" not in internals.params:
         return True

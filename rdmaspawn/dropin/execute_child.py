@@ -1,14 +1,11 @@
 """``Popen._execute_child``: CPython's own, with its error pipe in memory.
 
-The method compiled again from this CPython's ``Lib/subprocess.py`` with five
-calls changed: the error pipe's ``os.pipe()``, two ``os.close()`` and
-``os.read()`` become ``dropin/errpipe.py``'s ``CALLS``, and the fork_exec
-call calls the fork_exec the pipe was made for. Every other line, line
-numbers and file name included, is CPython's. Used only where certain: the
-source compiled unchanged gives the method's own code, and
-``dropin.cpython.errpipe_calls()`` passes; else the method stays CPython's,
-with a real pipe. Done once per process, at the first spawn or ``patch()``
-that needs it, never at import (milliseconds: docs/benchmark.md).
+The method compiled again from this CPython's ``Lib/subprocess.py`` with the
+error pipe's calls made ``dropin/errpipe.py``'s ``CALLS``; every other line,
+line numbers included, is CPython's. Only where certain (the source compiles
+to the method's own code, and ``cpython.errpipe_calls()`` passes); else the
+method stays CPython's, with a real pipe. Done at the first spawn, never at
+import (milliseconds).
 """
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A drop-in for ``_posixsubprocess.fork_exec`` built on the engine.
-
-It takes the same arguments and, on a failure in the child, writes into
-``errpipe_write`` what CPython's child would have, so that ``_execute_child``
-raises the same exception, errno and filename as without rdmaspawn.
-"""
+"""A drop-in for ``_posixsubprocess.fork_exec`` built on the engine: a child's
+failure reaches ``_execute_child`` as CPython's child would report it."""
 from __future__ import annotations
 
 import functools

@@ -1,26 +1,15 @@
 """Hold SIGINT back while ``rdmaspawn.Popen`` starts a child.
 
-A KeyboardInterrupt raised between the engine's return and ``self.pid = ...``
-loses the pid (a child nobody reaps), and between ``_get_handles()`` and the
-pipes' file objects loses fds; rdmaspawn's window is wider than CPython's, as
-the caller waits in the engine until the child has exec'd. So while a Popen
-is built, SIGINT only counts: the kernel's action is swapped for a C handler
-that counts (csrc/python/sigint.c). Once it is complete, the program's handler
-runs once for what arrived, still held; if it raises, the child is killed and
-reaped and its pipes closed (``Popen._discard``) before the hold ends. The
-release puts the action back and raises SIGINT again if more arrived.
-
-Whether a hold is on is the C side's word (:func:`owner`, :func:`release`),
-never a value handed to Python, which an exception could lose. Python's
-table of handlers is never touched, the kernel's action goes back whole, and
-one set meanwhile stays. Blocking SIGINT would hold nothing with other
-threads: the kernel hands it to one that does not block it. Only the main
-thread runs Python's handlers: elsewhere nothing is held. Not covered: other
-signals whose handler raises (SIGALRM, SIGTERM).
-
-A fork() child's ``preexec_fn`` may run for ever: the hold ends before the
-wait for it (:func:`lift`), as in CPython. rdmaspawn.Popen's ``__init__``
-does these steps in C (csrc/python/popen_init.c).
+A KeyboardInterrupt between the engine's return and ``self.pid = ...`` loses
+the pid, and between ``_get_handles()`` and the pipes' file objects loses fds.
+So while a Popen is built, SIGINT only counts (csrc/python/sigint.c swaps the
+kernel's action); once it is complete, the program's handler runs for what
+arrived, and if it raises, the child is killed and reaped and its pipes closed
+(``Popen._discard``). Whether a hold is on is the C side's word, never a value
+an exception could lose. Blocking SIGINT would hold nothing with other threads,
+and only the main thread runs Python's handlers: elsewhere nothing is held. A
+fork() child's ``preexec_fn`` may run for ever: the hold ends before the wait
+for it (:func:`lift`).
 """
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """``patch()``: route every child the standard library starts through the engine.
 
-CPython starts children through one primitive, ``_posixsubprocess.fork_exec``
-(named ``subprocess._fork_exec`` on 3.11+): ``subprocess.Popen`` and all its
-helpers, ``os.popen``, asyncio's subprocesses and multiprocessing's ``spawn``
-and ``forkserver`` start methods (``util.spawnv_passfds``) all end there.
-Replacing it, and subprocess's ``posix_spawn`` shortcut
-(``Popen._posix_spawn``), covers code that did ``from subprocess import
-Popen`` long before the patch. ``Popen._execute_child`` becomes CPython's
-own recompiled with its error pipe in memory (``dropin/execute_child.py``),
-where that can be made: the engine's child never writes that pipe.
-``os.spawn*`` fork on their own and get the engine too. What cannot be
-patched: ``os.fork`` itself, multiprocessing's ``fork`` start method and
-``pty``: see ``rdmaspawn.guard()``.
+``subprocess.Popen`` and its helpers, ``os.popen``, asyncio and
+multiprocessing's ``spawn`` and ``forkserver`` all end in one primitive,
+``_posixsubprocess.fork_exec``; replacing it and ``Popen._posix_spawn``
+covers code that imported ``Popen`` long before the patch. ``os.spawn*`` get
+the engine too. ``os.fork``, multiprocessing's ``fork`` and ``pty`` cannot be
+patched: see ``rdmaspawn.guard()``.
 """
 from __future__ import annotations
 

@@ -22,10 +22,6 @@ from .._native import capi as _capi
 
 __all__ = ["PidfdMixin"]
 
-# Called where a pidfd is closed: a close that keeps the GIL (a pidfd's close
-# never blocks; see _native.capi).
-_close_fd = _capi.close_fd
-
 #: Serialises opening, using and closing every Popen's pidfd (all rare).
 _LOCK = threading.Lock()
 
@@ -71,7 +67,7 @@ class _Pidfd:
     def close(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            _close_fd(fd)
+            _capi.close_fd(fd)  # keeps the GIL: a pidfd's close never blocks
 
     __del__ = close
 

@@ -1,13 +1,10 @@
 """multiprocessing.Pool: a worker that cannot be started fails the job instead of hanging it.
 
-A Pool's worker-handler thread replaces workers that exit; if starting one
-raises (``guard("raise")`` refusing the fork, ``EAGAIN``), CPython's thread
-dies and every ``map()``/``get()`` waits forever. With :func:`install` every
-result waiting on the pool raises it instead, and the pool is closed.
-CPython's private part, the same on 3.9-3.13 (``Lib/multiprocessing/pool.py``):
-the static ``Pool._maintain_pool(ctx, Process, processes, pool, ...)``, and
-``Pool._cache`` of the waiting results, whose ``_set(i, (False, exc))``
-delivers a failure.
+If starting a worker raises (``guard("raise")``, ``EAGAIN``), CPython's
+worker-handler thread dies and every ``map()``/``get()`` waits forever. With
+:func:`install` every waiting result raises it instead, and the pool is
+closed, through CPython's private ``Pool._maintain_pool`` and ``Pool._cache``
+(the same on 3.9-3.13).
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """multiprocessing without fork: a default start method; the contexts get_context() makes.
 
-CPython 3.9-3.13 start multiprocessing's workers with ``fork`` unless told
-otherwise; a fork child of a process holding MADV_DONTFORK memory dies, and
-``patch()`` cannot help, the fork being the start method. So
-:func:`prefer_start_method` changes the *default*, as 3.14 does, without
-choosing for the program (``set_start_method()`` still works, and once
-anything used the default it is left alone); ``rdmaspawn.get_context()`` is
-an explicit choice. Both start their processes through ``fork_exec``, the
-engine's once ``patch()`` is in force. CPython's private part, the same on
-3.9-3.15: ``multiprocessing.context._default_context``'s ``_default_context``
-(the context used when none was chosen) and ``_actual_context`` (None until
-one was chosen or used).
+A fork child of a process holding MADV_DONTFORK memory dies, and ``patch()``
+cannot help when the fork is the start method. :func:`prefer_start_method`
+changes the *default*, as 3.14 does, without choosing for the program,
+through CPython's private ``multiprocessing.context._default_context``
+(``_default_context``, and ``_actual_context``: None until one was chosen or used).
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Chains of wrappers linked by ``__wrapped__``: the one walker rdmaspawn uses.
+"""Chains of wrappers linked by ``__wrapped__``, which ``patch()`` and ``guard()`` share.
 
-``patch()`` and ``guard()`` both replace module attributes with wrappers
-that keep what they replaced on ``__wrapped__`` and look it up there at each
-call. Either may be undone while the other still wraps it, so undoing means
-taking one link out of a chain, wherever it now stands.
+Either may be undone while the other still wraps it, so undoing takes one
+link out of a chain, wherever it now stands.
 """
 from __future__ import annotations
 
@@ -33,14 +31,9 @@ def innermost(func: Any) -> Any:
 
 
 def splice_out(owner: Any, attr: str, link: Any, below: Any = None) -> bool:
-    """Take ``link`` out of the chain that starts at ``owner.attr``.
-
-    What ``link`` stood for is its ``__wrapped__``, else ``below``. Where
-    ``link`` is the attribute itself, the attribute gets that back; where a
-    later wrapper wraps it, that wrapper's ``__wrapped__`` does. Returns False
-    when ``link`` is in neither place or a wrapper refuses the new
-    ``__wrapped__``: it then stays where it is.
-    """
+    """Take ``link`` out of the chain that starts at ``owner.attr``, putting its
+    ``__wrapped__`` (else ``below``) in its place; False where it is not in
+    the chain or a wrapper refuses the new ``__wrapped__``."""
     below = getattr(link, "__wrapped__", below)
     current = getattr(owner, attr, None)
     if current is link:
