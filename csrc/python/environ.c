@@ -17,9 +17,9 @@
  * cost 1.5 us per spawn for 40 variables (measured), more in a job's
  * environment of hundreds.
  */
-#include <string.h>
-
 #include "binding.h"
+
+#include <string.h>
 
 extern char **environ;
 

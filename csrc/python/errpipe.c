@@ -17,17 +17,10 @@
  * descriptor and goes to os's own function. All three run with the GIL,
  * which serialises them and errpipe.py's.
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <errno.h>
 #include <limits.h>
-
-#include "binding.h"
 
 static PyObject *pipes;      /* errpipe.py's _pipes */
 static PyObject *os_module;  /* for a real descriptor */

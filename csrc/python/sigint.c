@@ -21,11 +21,11 @@
  * the program's action back at once: no one in it would ever release the
  * hold.
  */
+#include "binding.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-
-#include "binding.h"
 
 static volatile sig_atomic_t held;
 static unsigned long arrived;        /* written by the counter, any thread */
