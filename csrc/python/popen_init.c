@@ -274,8 +274,10 @@ typedef struct {
     PyObject *face;            /* the Python __init__: every call but the plain
                                 * one, and what introspection asks */
     PyObject *setup_keywords;  /* a frozenset: a call naming one is not plain */
-    PyObject *method_type;     /* types.MethodType, for access on an instance */
 } Method;
+
+/* Made once, with the method type; the GIL serialises the callers. */
+static PyObject *method_type;   /* types.MethodType, for access on an instance */
 
 /* Whether kwargs names a setup keyword: 1, 0, or -1 with an exception. */
 static int names_setup_keyword(Method *me, PyObject *kwargs)
@@ -320,7 +322,7 @@ static PyObject *method_get(PyObject *op, PyObject *obj, PyObject *type)
         Py_INCREF(op);
         return op;
     }
-    return PyObject_CallFunctionObjArgs(((Method *)op)->method_type, op, obj, NULL);
+    return PyObject_CallFunctionObjArgs(method_type, op, obj, NULL);
 }
 
 /* The face's answer for what the type does not answer, and for the two it
@@ -362,7 +364,6 @@ static int method_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(me->state);
     Py_VISIT(me->face);
     Py_VISIT(me->setup_keywords);
-    Py_VISIT(me->method_type);
     Py_VISIT(Py_TYPE(op));
     return 0;
 }
@@ -373,7 +374,6 @@ static int method_clear(PyObject *op)
     Py_CLEAR(me->state);
     Py_CLEAR(me->face);
     Py_CLEAR(me->setup_keywords);
-    Py_CLEAR(me->method_type);
     return 0;
 }
 
@@ -402,7 +402,7 @@ static PyType_Spec method_spec = {
 /* popen_init_method(body, face, setup_keywords): the method. */
 PyObject *rs_popen_init_method(PyObject *module, PyObject *args)
 {
-    static PyObject *type;  /* made once; the GIL serialises the callers */
+    static PyObject *type;
     PyObject *body, *face, *setup_keywords;
     (void)module;
     if (!PyArg_ParseTuple(args, "OOO!:popen_init_method", &body, &face,
@@ -414,8 +414,15 @@ PyObject *rs_popen_init_method(PyObject *module, PyObject *args)
                         "popen_init_method: body is not popen_init_new's, or face not callable");
         return NULL;
     }
-    if (!type && !(type = PyType_FromSpec(&method_spec)))
-        return NULL;
+    if (!type) {
+        PyObject *types = PyImport_ImportModule("types");
+        method_type = types ? PyObject_GetAttrString(types, "MethodType") : NULL;
+        Py_XDECREF(types);
+        if (!method_type || !(type = PyType_FromSpec(&method_spec))) {
+            Py_CLEAR(method_type);
+            return NULL;
+        }
+    }
     Method *me = (Method *)PyType_GenericAlloc((PyTypeObject *)type, 0);
     if (!me)
         return NULL;
@@ -425,14 +432,5 @@ PyObject *rs_popen_init_method(PyObject *module, PyObject *args)
     me->face = face;
     Py_INCREF(setup_keywords);
     me->setup_keywords = setup_keywords;
-    PyObject *types = PyImport_ImportModule("types");
-    if (types) {
-        me->method_type = PyObject_GetAttrString(types, "MethodType");
-        Py_DECREF(types);
-    }
-    if (!me->method_type) {
-        Py_DECREF(me);
-        return NULL;
-    }
     return (PyObject *)me;
 }
