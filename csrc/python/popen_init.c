@@ -4,22 +4,19 @@
  * frames (hold(), finish(), replay(), a super() object, a function of its
  * own) that cost each Popen more than the hold itself.
  *
- * __init__ is the "method" below, a method descriptor
- * (Py_TPFLAGS_METHOD_DESCRIPTOR), so Popen() passes the instance as the
- * first argument with no bound method made. It takes the plain call itself:
+ * The "method" below is __init__, a method descriptor, so Popen() passes
+ * the instance with no bound method made. It takes the plain call itself:
  * an instance of rdmaspawn.Popen itself (a subclass's may have classes
  * between the two in its MRO, which super() finds) naming no setup keyword.
- * Every other call goes to the "face", the Python function dropin/popen.py
- * makes from CPython's own __init__ and the setup keywords, whose one
- * statement calls the "body" below with self and every parameter's value,
- * positionally. The method answers introspection (inspect, typing, pickle,
- * copy, mock.create_autospec) as the face, but has no __wrapped__ or
- * __signature__: inspect.unwrap() of a bound method passes on to the object
- * it binds, so with them the binding was lost (gh-119605, 3.13.5).
+ * Any other goes to the "face", the Python function dropin/popen.py makes
+ * from CPython's parameters plus the setup keywords, which calls the "body"
+ * below with self and each value, positionally. Introspection gets the
+ * face's answers, but no __wrapped__ or __signature__: inspect.unwrap() of a
+ * bound method passes on to them, and the binding was lost (gh-119605).
  *
- * Why one file: the method and the body run the same hold, replay, release
- * and undoing of an abandoned Popen; kept static here, the hold's rules (who
- * owns a hold, which frame a replayed handler sees) are read in one place.
+ * One file because the method and the body share the hold, replay, release
+ * and undoing of an abandoned Popen: the hold's rules (who owns a hold,
+ * which frame a replayed handler sees) are read in one place.
  */
 #include "binding.h"
 
