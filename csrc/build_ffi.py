@@ -6,15 +6,13 @@ are compiled in too: the same file is also the extension module
 rdmaspawn._native._capi (python/functions.c; see rdmaspawn/_native/capi.py).
 setup.py names this file in ``cffi_modules``.
 """
+import glob
 import os
 
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["spawn.c", "child.c", "report.c", "forkinit.c", "forkprobe.c", "exactmarks.c", "forkrepair.c", "forkwatch.c", "gotslot.c", "marker.c", "packed.c",
-           "mapwalk.c", "setup.c", "unmark.c", "python/convert.c", "python/environ.c", "python/errpipe.c", "python/fork_exec.c", "python/functions.c",
-           "python/heldfork.c", "python/popen_init.c",
-           "python/sigint.c"]
+SOURCES = sorted(glob.glob(os.path.join(HERE, "*.c")) + glob.glob(os.path.join(HERE, "python", "*.c")))
 
 
 def _cdef() -> str:
@@ -23,17 +21,13 @@ def _cdef() -> str:
     return text.split("/* cdef-begin */", 1)[1].split("/* cdef-end */", 1)[0]
 
 
-def _relative(path: str) -> str:
-    # setuptools wants source paths relative to the project root.
-    return os.path.relpath(os.path.join(HERE, path))
-
-
 ffibuilder = FFI()
 ffibuilder.cdef(_cdef())
 ffibuilder.set_source(
     "rdmaspawn._rdmaspawn_cffi",
     '#include "rdmaspawn.h"',
-    sources=[_relative(s) for s in SOURCES],
+    # setuptools wants source paths relative to the project root.
+    sources=[os.path.relpath(s) for s in SOURCES],
     include_dirs=[HERE, os.path.join(HERE, "python")],
     libraries=["dl", "pthread"],
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra"],

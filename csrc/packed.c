@@ -7,16 +7,6 @@
 
 #include "rdmaspawn.h"
 
-void rs_request_flags(struct rs_request *r, int flags)
-{
-    r->close_fds = !!(flags & RS_F_CLOSE_FDS);
-    r->restore_signals = !!(flags & RS_F_RESTORE_SIGNALS);
-    r->setsid = !!(flags & RS_F_SETSID);
-    r->want_pidfd = !!(flags & RS_F_WANT_PIDFD);
-    r->reap_on_failure = !!(flags & RS_F_REAP_ON_FAILURE);
-    r->force_clone = !!(flags & RS_F_FORCE_CLONE);
-}
-
 int rs_spawn_packed(char *const *argv, char *const *exec_list, char *const *envp,
                     const char *cwd,
                     const int *keep_fds, int n_keep_fds,
@@ -41,7 +31,12 @@ int rs_spawn_packed(char *const *argv, char *const *exec_list, char *const *envp
     r.stdin_fd = stdin_fd;
     r.stdout_fd = stdout_fd;
     r.stderr_fd = stderr_fd;
-    rs_request_flags(&r, flags);
+    r.close_fds = !!(flags & RS_F_CLOSE_FDS);
+    r.restore_signals = !!(flags & RS_F_RESTORE_SIGNALS);
+    r.setsid = !!(flags & RS_F_SETSID);
+    r.want_pidfd = !!(flags & RS_F_WANT_PIDFD);
+    r.reap_on_failure = !!(flags & RS_F_REAP_ON_FAILURE);
+    r.force_clone = !!(flags & RS_F_FORCE_CLONE);
     r.close_method = close_method;
     r.umask = umask >= 0 ? umask : -1;
     r.pgid = pgid >= 0 ? pgid : -1;

@@ -287,9 +287,6 @@ int rs_marker_set(int slot, const char *name);
 
 /* cdef-end */
 
-/* packed.c: a request's switches from enum rs_flags (rs_spawn_packed()'s). */
-void rs_request_flags(struct rs_request *r, int flags);
-
 /* forkprobe.c: 1 if any mapping of this process other than device memory is
  * MADV_DONTFORK, 0 if none, -1 if /proc/self/smaps cannot be read. */
 int rs_dontfork_anywhere(void);

@@ -173,25 +173,3 @@ long rs_setup_late(const struct rs_setup *s, int *step)
     }
     return 0;
 }
-
-static const char *const setup_step_names[] = {
-    [RS_STEP_SIGACTION - RS_STEP_SIGACTION] = "sigaction",
-    [RS_STEP_SETUP_SETSID - RS_STEP_SIGACTION] = "setsid",
-    [RS_STEP_SETUP_SETPGID - RS_STEP_SIGACTION] = "setpgid",
-    [RS_STEP_CGROUP - RS_STEP_SIGACTION] = "cgroup",
-    [RS_STEP_CTTY - RS_STEP_SIGACTION] = "ioctl",
-    [RS_STEP_RLIMIT - RS_STEP_SIGACTION] = "setrlimit",
-    [RS_STEP_NICE - RS_STEP_SIGACTION] = "nice",
-    [RS_STEP_IOPRIO - RS_STEP_SIGACTION] = "ioprio_set",
-    [RS_STEP_AFFINITY - RS_STEP_SIGACTION] = "sched_setaffinity",
-    [RS_STEP_NO_NEW_PRIVS - RS_STEP_SIGACTION] = "prctl",
-    [RS_STEP_PDEATHSIG - RS_STEP_SIGACTION] = "prctl",
-};
-
-const char *rs_setup_step_name(int step)
-{
-    int i = step - RS_STEP_SIGACTION;
-    if (i < 0 || i >= (int)(sizeof setup_step_names / sizeof *setup_step_names))
-        return NULL;
-    return setup_step_names[i];
-}

@@ -67,7 +67,6 @@
 #define RS_DEFINE_CLONE3_ENTRY
 #include "arch.h"
 #include "child.h"
-#include "setup.h"
 
 #ifndef CLONE_PIDFD
 #  define CLONE_PIDFD 0x00001000
@@ -132,13 +131,21 @@ static const char *const step_names[] = {
     [RS_STEP_CLOSE_FDS] = "close_fds",
     [RS_STEP_EXEC] = "execve",
     [RS_STEP_PREPARE] = "malloc",
+    [RS_STEP_SIGACTION] = "sigaction",
+    [RS_STEP_SETUP_SETSID] = "setsid",
+    [RS_STEP_SETUP_SETPGID] = "setpgid",
+    [RS_STEP_CGROUP] = "cgroup",
+    [RS_STEP_CTTY] = "ioctl",
+    [RS_STEP_RLIMIT] = "setrlimit",
+    [RS_STEP_NICE] = "nice",
+    [RS_STEP_IOPRIO] = "ioprio_set",
+    [RS_STEP_AFFINITY] = "sched_setaffinity",
+    [RS_STEP_NO_NEW_PRIVS] = "prctl",
+    [RS_STEP_PDEATHSIG] = "prctl",
 };
 
 const char *rs_step_name(int step)
 {
-    const char *setup_name = rs_setup_step_name(step);
-    if (setup_name)
-        return setup_name;
     if (step < 0 || step >= (int)(sizeof step_names / sizeof *step_names))
         return "unknown";
     return step_names[step];

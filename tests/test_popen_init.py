@@ -34,7 +34,7 @@ def test_the_init_is_a_c_method_with_a_python_face() -> None:
     assert inspect.ismethoddescriptor(init)
     face = popen._init_face
     assert type(face) is type(_STOCK_INIT)
-    assert type(face.__globals__["_init_body"]).__name__ == "Popen_init"
+    assert face.__globals__["_init_body"].__name__ == "Popen_init"
     assert init.__globals__ is face.__globals__ is vars(popen)
     assert init.__code__ is face.__code__
     with pytest.raises(AttributeError) as stock:

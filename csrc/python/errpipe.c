@@ -17,17 +17,10 @@
  * descriptor and goes to os's own function. All three run with the GIL,
  * which serialises them and errpipe.py's.
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <errno.h>
 #include <limits.h>
-
-#include "binding.h"
 
 static PyObject *pipes;      /* errpipe.py's _pipes */
 static PyObject *os_module;  /* for a real descriptor */
@@ -83,66 +76,43 @@ static PyObject *errpipe_pipe(PyObject *unused, PyObject *fork_exec)
     int ours = reaches_ours(fork_exec);
     if (ours < 0)
         return NULL;
-    PyObject *key = NULL, *write_end = NULL;
     if (ours == 0) {
         PyObject *got = call_os("pipe", NULL, NULL);
         PyObject *real = got ? PySequence_Tuple(got) : NULL;   /* unpacked as CPython's line does */
         Py_XDECREF(got);
         if (!real)
             return NULL;
-        if (PyTuple_Size(real) != 2) {
-            PyErr_Format(PyExc_ValueError, PyTuple_Size(real) > 2
-                         ? "too many values to unpack (expected 2)"
-                         : "not enough values to unpack (expected 2, got %zd)", PyTuple_Size(real));
-            Py_DECREF(real);
-            return NULL;
-        }
-        key = PyTuple_GetItem(real, 0);
-        write_end = PyTuple_GetItem(real, 1);
-        Py_INCREF(key);
-        Py_INCREF(write_end);
+        Py_ssize_t n = PyTuple_Size(real);
+        PyObject *out = n != 2 ? NULL
+            : Py_BuildValue("(OOO)", PyTuple_GetItem(real, 0), PyTuple_GetItem(real, 1), fork_exec);
         Py_DECREF(real);
-    } else {
-        long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
-        long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
-        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
-        key = PyLong_FromLong(fd);
-        write_end = PyLong_FromLong(fd + 1);
-        if (!key || !write_end || !empty || PyDict_SetItem(pipes, key, empty) < 0) {
-            Py_XDECREF(key);
-            Py_XDECREF(write_end);
-            Py_XDECREF(empty);
-            return NULL;
-        }
-        Py_DECREF(empty);
+        if (n != 2)
+            PyErr_Format(PyExc_ValueError, n > 2 ? "too many values to unpack (expected 2)"
+                         : "not enough values to unpack (expected 2, got %zd)", n);
+        return out;
     }
-    PyObject *out = PyTuple_New(3);
-    if (!out) {
-        Py_DECREF(key);
-        Py_DECREF(write_end);
-        return NULL;
-    }
-    Py_INCREF(fork_exec);
-    PyTuple_SetItem(out, 0, key);         /* steal the references */
-    PyTuple_SetItem(out, 1, write_end);
-    PyTuple_SetItem(out, 2, fork_exec);
+    long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
+    long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *out = Py_BuildValue("(llO)", fd, fd + 1, fork_exec);
+    if (!empty || !out || PyDict_SetItem(pipes, PyTuple_GetItem(out, 0), empty) < 0)
+        Py_CLEAR(out);
+    Py_XDECREF(empty);
     return out;
 }
 
 static PyObject *errpipe_read(PyObject *unused, PyObject *args)
 {
+    PyObject *key, *size;
     (void)unused;
-    if (PyTuple_Size(args) != 2) {
-        PyErr_SetString(PyExc_TypeError, "read() takes exactly 2 arguments (fd, n)");
+    if (!PyArg_UnpackTuple(args, "read", 2, 2, &key, &size))   /* os.read's words */
         return NULL;
-    }
-    PyObject *key = PyTuple_GetItem(args, 0);
     long fd = PyLong_AsLong(key);
-    Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GetItem(args, 1));
+    Py_ssize_t n = PyLong_AsSsize_t(size);
     if (PyErr_Occurred())
         return NULL;
     if (fd < first_fd)
-        return call_os("read", key, PyTuple_GetItem(args, 1));
+        return call_os("read", key, size);
     Py_INCREF(key);
     PyObject *held = PyDict_GetItemWithError(pipes, key);   /* borrowed */
     PyObject *out = NULL, *rest = NULL;
@@ -201,9 +171,10 @@ PyObject *rs_errpipe_calls(PyObject *module, PyObject *args)
     PyObject *pipes_dict, *os, *mark;
     long first;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOlO:errpipe_calls", &pipes_dict, &os, &first, &mark))
+    if (!PyArg_ParseTuple(args, "O!OlO!:errpipe_calls", &PyDict_Type, &pipes_dict, &os, &first,
+                          &PyUnicode_Type, &mark))
         return NULL;
-    if (!PyDict_Check(pipes_dict) || first < 3 || first > INT_MAX - 1 || !PyUnicode_Check(mark)) {
+    if (first < 3 || first > INT_MAX - 1) {
         PyErr_SetString(PyExc_TypeError, "rs_errpipe_calls: bad arguments");
         return NULL;
     }
@@ -217,14 +188,7 @@ PyObject *rs_errpipe_calls(PyObject *module, PyObject *args)
     Py_INCREF(mark);
     guard_mark = mark;
     first_fd = first;
-    PyObject *out = PyTuple_New(3);
-    for (int i = 0; out && i < 3; i++) {
-        PyObject *func = PyCFunction_NewEx(&calls[i], NULL, NULL);
-        if (!func) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyTuple_SetItem(out, i, func);   /* steals the reference */
-    }
-    return out;
+    return Py_BuildValue("(NNN)", PyCFunction_NewEx(&calls[0], NULL, NULL),
+                         PyCFunction_NewEx(&calls[1], NULL, NULL),
+                         PyCFunction_NewEx(&calls[2], NULL, NULL));
 }

@@ -2,27 +2,15 @@
  * rdmaspawn's fork_exec as a C callable: the hot path of rdmaspawn.Popen
  * and of subprocess under patch().
  *
- * CPython's _execute_child calls fork_exec with 21, 22 or 23 arguments on every
- * spawn. This object does what _posixsubprocess does: converts the call
- * (convert.c, with fork_exec's exceptions in its order) with the GIL held,
- * releases the GIL for the spawn only, and writes a failed child's error
- * into CPython's error pipe. A preexec_fn alone goes to Python,
- * `slow(self, *args)` (dropin/forkexec.py): CPython's own fork_exec where it
- * needs a fork, else its declarative setup packed and handed back here
- * (rs_fork_exec_setup()).
- *
- * It is not part of the engine: nothing in csrc/ itself includes Python.h (the
- * C harness links those files without Python); this directory does. Python
- * makes one through functions.c's fork_exec_new().
+ * CPython's _execute_child calls fork_exec on every spawn. This object does
+ * what _posixsubprocess does: converts the call (convert.c, with
+ * fork_exec's exceptions in its order) with the GIL held, releases the GIL
+ * for the spawn only, and writes a failed child's error into CPython's
+ * error pipe. A preexec_fn alone goes to Python, `slow(self, *args)`
+ * (dropin/forkexec.py): CPython's own fork_exec where it needs a fork, else
+ * its declarative setup packed and handed back here (rs_fork_exec_setup()).
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-/* The module is built for the limited API (one abi3 wheel for CPython
- * 3.9+): this file keeps to it too. Free-threaded builds have none. */
-#  define Py_LIMITED_API 0x03090000
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,7 +19,6 @@
 #include <unistd.h>
 
 #include "rdmaspawn.h"
-#include "binding.h"
 #include "convert.h"
 
 static const char *const param_names[RS_N_PARAMS] = { RS_FORK_EXEC_PARAMS(RS_X_NAME) };
@@ -56,13 +43,12 @@ typedef struct {
 static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *res)
 {
     char buf[64];
-    const char *tag = "noexec";
-    if (res->step == RS_STEP_EXEC)
-        tag = "";
-    else if (res->step == RS_STEP_CHDIR)
-        tag = PyBytes_AsString(self->chdir_tag);
-    int len = snprintf(buf, sizeof buf, "OSError:%x:%s", res->err, tag ? tag : "noexec");
-    if (len > 0 && len < (int)sizeof buf && fd >= self->first_memory_fd) {
+    const char *tag = res->step == RS_STEP_EXEC ? ""
+                      : res->step == RS_STEP_CHDIR ? PyBytes_AsString(self->chdir_tag) : "noexec";
+    int len = snprintf(buf, sizeof buf, "OSError:%x:%s", res->err, tag);
+    if (len <= 0 || len >= (int)sizeof buf)
+        return;
+    if (fd >= self->first_memory_fd) {
         PyObject *where = PyLong_FromLong(fd);
         PyObject *data = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
         PyObject *done = where && data
@@ -72,7 +58,7 @@ static void report_to_errpipe(ForkExec *self, int fd, const struct rs_result *re
         Py_XDECREF(done);
         Py_XDECREF(data);
         Py_XDECREF(where);
-    } else if (len > 0 && len < (int)sizeof buf) {
+    } else {
         int saved = errno;
         while (write(fd, buf, (size_t)len) < 0 && errno == EINTR)
             ;
@@ -197,23 +183,6 @@ static int fork_exec_clear(PyObject *op)
     return 0;
 }
 
-static void fork_exec_dealloc(PyObject *op)
-{
-    PyTypeObject *type = Py_TYPE(op);
-    PyObject_GC_UnTrack(op);
-    fork_exec_clear(op);
-    ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
-    Py_DECREF(type);
-}
-
-static PyObject *fork_exec_rdmaspawn(PyObject *op, void *closure)
-{
-    (void)op;
-    (void)closure;
-    Py_INCREF(Py_True);
-    return Py_True;
-}
-
 /* __wrapped__ is read at each preexec_fn call, so that a wrapper applied
  * later can be taken out of the chain again (rdmaspawn.dropin.wrapping). A getset,
  * not a member: structmember.h is deprecated since 3.12. */
@@ -242,8 +211,6 @@ static int fork_exec_set_wrapped(PyObject *op, PyObject *value, void *closure)
 
 static PyGetSetDef fork_exec_getset[] = {
     {"__wrapped__", fork_exec_get_wrapped, fork_exec_set_wrapped, NULL, NULL},
-    /* "Starts children with the engine": rdmaspawn.guard() lets it be. */
-    {"__rdmaspawn__", fork_exec_rdmaspawn, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -251,7 +218,7 @@ static PyType_Slot fork_exec_slots[] = {
     {Py_tp_call, (void *)fork_exec_call},
     {Py_tp_traverse, (void *)fork_exec_traverse},
     {Py_tp_clear, (void *)fork_exec_clear},
-    {Py_tp_dealloc, (void *)fork_exec_dealloc},
+    {Py_tp_dealloc, (void *)rs_gc_dealloc},
     {Py_tp_getset, fork_exec_getset},
     {Py_tp_doc, (void *)"fork_exec(*args): _posixsubprocess.fork_exec's arguments; "
                         "the child is started by rdmaspawn's engine."},
@@ -281,24 +248,33 @@ PyObject *rs_fork_exec_new(PyObject *module, PyObject *args)
 {
     PyObject *wrapped, *slow, *positions, *wording, *chdir_tag, *report;
     int first_memory_fd;
-    Py_ssize_t nargs = 0;
-
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOOOOOi:fork_exec_new", &wrapped, &slow, &positions,
-                          &wording, &chdir_tag, &report, &first_memory_fd))
+    if (!PyArg_ParseTuple(args, "OOO!O!O!Oi:fork_exec_new", &wrapped, &slow, &PyTuple_Type,
+                          &positions, &PyTuple_Type, &wording, &PyBytes_Type, &chdir_tag,
+                          &report, &first_memory_fd))
         return NULL;
-    if (!PyTuple_Check(positions) || PyTuple_Size(positions) != RS_N_PARAMS
-            || !PyTuple_Check(wording) || PyTuple_Size(wording) != N_WORDING
-            || !PyBytes_Check(chdir_tag) || !PyCallable_Check(slow)
-            || !PyCallable_Check(report) || first_memory_fd < 3) {
+    if (PyTuple_Size(positions) != RS_N_PARAMS || PyTuple_Size(wording) != N_WORDING) {
         PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: bad arguments");
         return NULL;
     }
-    if (!type && !(type = PyType_FromSpec(&fork_exec_spec)))
+    /* "Starts children with the engine": rdmaspawn.guard() lets it be. */
+    if (!type && (!(type = PyType_FromSpec(&fork_exec_spec))
+                  || PyObject_SetAttrString(type, "__rdmaspawn__", Py_True) < 0)) {
+        Py_CLEAR(type);
         return NULL;
+    }
     ForkExec *self = (ForkExec *)PyType_GenericAlloc((PyTypeObject *)type, 0);
     if (!self)
         return NULL;
+    PyObject *refs[] = {wrapped, slow, wording, chdir_tag, report};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+        Py_INCREF(refs[i]);
+    self->wrapped = wrapped;
+    self->slow = slow;
+    self->wording = wording;
+    self->chdir_tag = chdir_tag;
+    self->report = report;
+    self->first_memory_fd = first_memory_fd;
     for (int i = 0; i < RS_N_PARAMS; i++) {
         long p = PyLong_AsLong(PyTuple_GetItem(positions, i));
         if (p == -1 && PyErr_Occurred()) {
@@ -306,26 +282,8 @@ PyObject *rs_fork_exec_new(PyObject *module, PyObject *args)
             return NULL;
         }
         self->pos[i] = (int)p;
-        if (p + 1 > nargs)
-            nargs = p + 1;
+        if (p + 1 > self->nargs)
+            self->nargs = p + 1;
     }
-    self->nargs = nargs;
-    Py_INCREF(wrapped);
-    self->wrapped = wrapped;
-    Py_INCREF(slow);
-    self->slow = slow;
-    for (Py_ssize_t i = 0; i < N_WORDING; i++)
-        if (!PyUnicode_Check(PyTuple_GetItem(wording, i))) {
-            PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: the wording is str");
-            Py_DECREF(self);
-            return NULL;
-        }
-    Py_INCREF(wording);
-    self->wording = wording;
-    Py_INCREF(chdir_tag);
-    self->chdir_tag = chdir_tag;
-    Py_INCREF(report);
-    self->report = report;
-    self->first_memory_fd = first_memory_fd;
     return (PyObject *)self;
 }

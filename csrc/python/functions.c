@@ -12,18 +12,11 @@
  * already has and both modules share every static (one SIGINT hold, one
  * spawn count).
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <unistd.h>
-
-#include "binding.h"
 
 /* --- the builtins ---------------------------------------------------------- */
 

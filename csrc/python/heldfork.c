@@ -23,19 +23,13 @@
  * All of it in C so that no Python code (a signal handler's exception, say)
  * can run between the fork and the decision and leave the child held.
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "binding.h"
 #include "forkwatch.h"
 
 /* The pid in fork()'s result: os.fork()'s int or os.forkpty()'s (pid, fd);

@@ -4,76 +4,52 @@
  * frames (hold(), finish(), replay(), a super() object, a function of its
  * own) that cost each Popen more than the hold itself.
  *
- * __init__ is a method object of this file (the "method" below), called as
- * CPython calls a Python function in a class: its type is a method
- * descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR), so Popen() passes the instance
- * as the first argument with no bound method made; attribute access on an
- * instance (super().__init__ in a subclass) gets a types.MethodType. It
- * takes the plain call itself, an instance of rdmaspawn.Popen itself (a
- * subclass's may have classes between the two in its MRO, which super()
- * finds) naming no setup keyword: CPython's __init__, given the call's own
- * arguments. Every other call goes to the "face": a Python function that
- * dropin/popen.py makes from CPython's own __init__ (its parameters and
- * defaults, then rdmaspawn's setup keywords), whose one statement calls the
- * "body" below with self and every parameter's value, positionally, in that
- * order (`layout` says where each part sits). The method answers
- * introspection (inspect, typing, pickle, copy, mock.create_autospec) as
- * that function: what its own type does not answer, the face does. It has
- * no __wrapped__ or __signature__: inspect.unwrap() of a bound method
- * passes on to the object it binds, so with them the binding was lost, and
- * inspect.signature(rdmaspawn.Popen) showed self where it unwraps what the
- * descriptor returns (gh-119605, 3.13.5).
+ * The "method" below is __init__, a method descriptor, so Popen() passes
+ * the instance with no bound method made. It takes the plain call itself:
+ * an instance of rdmaspawn.Popen itself (a subclass's may have classes
+ * between the two in its MRO, which super() finds) naming no setup keyword.
+ * Any other goes to the "face", the Python function dropin/popen.py makes
+ * from CPython's parameters plus the setup keywords, which calls the "body"
+ * below with self and each value, positionally. Introspection gets the
+ * face's answers, but no __wrapped__ or __signature__: inspect.unwrap() of a
+ * bound method passes on to them, and the binding was lost (gh-119605).
  *
- * Why one file with two types: the method (the fast path) and the body (the
- * face's every other call) run the same SIGINT hold, replay, release and
- * undoing of an abandoned Popen; kept static here, the hold has one
- * implementation and no caller outside this file, so its rules (who owns a
- * hold, which frame a replayed handler sees) are read in one place.
- *
- * The body takes the plain call too (a setup keyword given its default) to
- * CPython's __init__; any other is turned by `prepare(self, *values)`
- * (Python) into the call to make, (init, args, kwargs), made under the same
- * hold.
+ * One file because the method and the body share the hold, replay, release
+ * and undoing of an abandoned Popen: the hold's rules (who owns a hold,
+ * which frame a replayed handler sees) are read in one place.
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <signal.h>
 
-#include "binding.h"
+/* The body's state: a tuple, the builtin function's self. */
+enum {
+    S_BASE,     /* subprocess.Popen: its __init__, read at each call (as
+                 * super() would: a wrapper put on it later is called too) */
+    S_POPEN,    /* rdmaspawn.Popen: the class whose instances come here */
+    S_PREPARE,  /* (self, *values) -> (init, args, kwargs): every call that
+                 * is not plain */
+    S_NPOSITIONAL,      /* CPython's positional parameters, self included */
+    S_KWONLY_NAMES,     /* CPython's keyword-only parameters, a tuple */
+    S_KWONLY_DEFAULTS,  /* and each one's default (passed on only when the
+                         * value is another object) */
+    S_SETUP_DEFAULTS,   /* each setup keyword's default: a call that gives
+                         * one another value is not plain */
+    S_GETSIGNAL, S_RAISE_SIGNAL,  /* _signal's */
+    S_NAME,     /* "__init__" */
+    S_DISCARD,  /* "_discard": self._discard() undoes a Popen never returned */
+    S_SIGINT,
+};
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *base;      /* subprocess.Popen: its __init__, read at each call
-                          * (as super() would: a wrapper put on it later is
-                          * called too) */
-    PyObject *prepare;   /* (self, *values) -> (init, args, kwargs): every
-                          * call that is not plain */
-    PyObject *popen;     /* rdmaspawn.Popen: the class whose instances come here */
-    PyObject *name;      /* "__init__" */
-    Py_ssize_t npositional;    /* CPython's positional parameters, self included */
-    PyObject *kwonly_names;    /* CPython's keyword-only parameters, a tuple */
-    PyObject *kwonly_defaults; /* and each one's default (passed on only when
-                                * the value is another object) */
-    PyObject *setup_defaults;  /* each setup keyword's default: a call that
-                                * gives one another value is not plain */
-    PyObject *getsignal;       /* _signal.getsignal */
-    PyObject *raise_signal;    /* _signal.raise_signal */
-    PyObject *discard;         /* "_discard": self._discard() undoes a Popen never returned */
-    PyObject *sigint;          /* SIGINT, as an int */
-} Init;
+#define AT(state, i) PyTuple_GetItem(state, i)
 
 /* --- the hold ---------------------------------------------------------------- */
 
 /* Whether SIGINT's handler is one from Python (only those can raise); -1
  * with an exception. */
-static int sigint_handler_is_python(Init *m, PyObject **handler)
+static int sigint_handler_is_python(PyObject *s, PyObject **handler)
 {
-    PyObject *h = PyObject_CallFunctionObjArgs(m->getsignal, m->sigint, NULL);
+    PyObject *h = PyObject_CallFunctionObjArgs(AT(s, S_GETSIGNAL), AT(s, S_SIGINT), NULL);
     if (!h)
         return -1;
     int is = PyCallable_Check(h);
@@ -86,9 +62,9 @@ static int sigint_handler_is_python(Init *m, PyObject **handler)
 
 /* signal.raise_signal(SIGINT), and the Python handler run now: 3.9 and
  * 3.10's raise_signal() leaves that to the next bytecode. */
-static int raise_sigint(Init *m)
+static int raise_sigint(PyObject *s)
 {
-    PyObject *r = PyObject_CallFunctionObjArgs(m->raise_signal, m->sigint, NULL);
+    PyObject *r = PyObject_CallFunctionObjArgs(AT(s, S_RAISE_SIGNAL), AT(s, S_SIGINT), NULL);
     if (!r)
         return -1;
     Py_DECREF(r);
@@ -100,11 +76,11 @@ static int raise_sigint(Init *m)
  * code that called Popen() (the current one, or the one below it where
  * `in_face`: the face's); then the release, which raises SIGINT again for
  * what came after. 0, or -1 with an exception. */
-static int finish(Init *m, int in_face)
+static int finish(PyObject *s, int in_face)
 {
     if (rs_sigint_take()) {
         PyObject *handler;
-        int is = sigint_handler_is_python(m, &handler);
+        int is = sigint_handler_is_python(s, &handler);
         if (is < 0)
             return -1;
         if (is) {
@@ -117,7 +93,7 @@ static int finish(Init *m, int in_face)
                 Py_DECREF(handler);
                 return -1;
             }
-            PyObject *r = PyObject_CallFunctionObjArgs(handler, m->sigint,
+            PyObject *r = PyObject_CallFunctionObjArgs(handler, AT(s, S_SIGINT),
                                                        frame ? frame : Py_None, NULL);
             Py_XDECREF(frame);
             Py_DECREF(handler);
@@ -126,7 +102,7 @@ static int finish(Init *m, int in_face)
             Py_DECREF(r);
         }
     }
-    if (rs_sigint_release() && raise_sigint(m) < 0)
+    if (rs_sigint_release() && raise_sigint(s) < 0)
         return -1;
     /* A signal that Python's handler recorded meanwhile (this one included,
      * before 3.11) runs its handler here, not after Popen() has returned,
@@ -139,15 +115,15 @@ static int finish(Init *m, int in_face)
  * pipes closed (Popen._discard), still under the hold, then the hold ends.
  * The exception set on entry goes on; one raised here goes instead, with
  * that one as its __context__, as an exception raised in an except block. */
-static PyObject *abandon(Init *m, PyObject *self, int owner)
+static PyObject *abandon(PyObject *s, PyObject *self, int owner)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *r = PyObject_CallMethodObjArgs(self, m->discard, NULL);
+    PyObject *r = PyObject_CallMethodObjArgs(self, AT(s, S_DISCARD), NULL);
     int ok = r != NULL;
     Py_XDECREF(r);
     if (owner && rs_sigint_release() && ok)
-        ok = raise_sigint(m) == 0;
+        ok = raise_sigint(s) == 0;
     if (ok) {
         PyErr_Restore(type, value, tb);
         return NULL;
@@ -167,12 +143,12 @@ static PyObject *abandon(Init *m, PyObject *self, int owner)
 
 /* init(*args, **kwargs) under the hold, for self; `in_face`: called by the
  * face (the current frame is its). */
-static PyObject *held_call(Init *m, PyObject *self, PyObject *init,
+static PyObject *held_call(PyObject *s, PyObject *self, PyObject *init,
                            PyObject *args, PyObject *kwargs, int in_face)
 {
     int owner = rs_sigint_owner();
     if (owner) {
-        int is = sigint_handler_is_python(m, NULL);
+        int is = sigint_handler_is_python(s, NULL);
         if (is < 0)
             return NULL;
         if (is)
@@ -180,45 +156,48 @@ static PyObject *held_call(Init *m, PyObject *self, PyObject *init,
     }
     PyObject *r = PyObject_Call(init, args, kwargs);
     if (!r)
-        return abandon(m, self, owner);
+        return abandon(s, self, owner);
     Py_DECREF(r);
-    if (owner && finish(m, in_face) < 0)
-        return abandon(m, self, owner);
+    if (owner && finish(s, in_face) < 0)
+        return abandon(s, self, owner);
     return none();
 }
 
+/* --- the body ---------------------------------------------------------------- */
+
 /* Whether the call is plain: rdmaspawn.Popen's own instance, each setup
  * keyword at its default. */
-static int is_plain(Init *m, PyObject *values, Py_ssize_t n)
+static int is_plain(PyObject *s, PyObject *values, Py_ssize_t n)
 {
-    if ((PyObject *)Py_TYPE(PyTuple_GetItem(values, 0)) != m->popen)
+    PyObject *defaults = AT(s, S_SETUP_DEFAULTS);
+    if ((PyObject *)Py_TYPE(PyTuple_GetItem(values, 0)) != AT(s, S_POPEN))
         return 0;
-    Py_ssize_t nsetup = PyTuple_Size(m->setup_defaults);
+    Py_ssize_t nsetup = PyTuple_Size(defaults);
     for (Py_ssize_t i = 0; i < nsetup; i++)
-        if (PyTuple_GetItem(values, n - nsetup + i) != PyTuple_GetItem(m->setup_defaults, i))
+        if (PyTuple_GetItem(values, n - nsetup + i) != PyTuple_GetItem(defaults, i))
             return 0;
     return 1;
 }
 
 /* The plain call: CPython's __init__ with its positional parameters
  * positionally and each keyword-only one not at its default by name. */
-static PyObject *plain_call(Init *m, PyObject *values)
+static PyObject *plain_call(PyObject *s, PyObject *values, Py_ssize_t npositional)
 {
+    PyObject *names = AT(s, S_KWONLY_NAMES), *defaults = AT(s, S_KWONLY_DEFAULTS);
     PyObject *kwargs = NULL, *r = NULL;
-    PyObject *args = PyTuple_GetSlice(values, 0, m->npositional);
-    PyObject *init = args ? PyObject_GetAttr(m->base, m->name) : NULL;
+    PyObject *args = PyTuple_GetSlice(values, 0, npositional);
+    PyObject *init = args ? PyObject_GetAttr(AT(s, S_BASE), AT(s, S_NAME)) : NULL;
     if (!init)
         goto out;
-    Py_ssize_t nkw = PyTuple_Size(m->kwonly_names);
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *value = PyTuple_GetItem(values, m->npositional + i);
-        if (value == PyTuple_GetItem(m->kwonly_defaults, i))
+    for (Py_ssize_t i = 0; i < PyTuple_Size(names); i++) {
+        PyObject *value = PyTuple_GetItem(values, npositional + i);
+        if (value == PyTuple_GetItem(defaults, i))
             continue;
         if ((!kwargs && !(kwargs = PyDict_New()))
-                || PyDict_SetItem(kwargs, PyTuple_GetItem(m->kwonly_names, i), value) < 0)
+                || PyDict_SetItem(kwargs, PyTuple_GetItem(names, i), value) < 0)
             goto out;
     }
-    r = held_call(m, PyTuple_GetItem(values, 0), init, args, kwargs, 1);
+    r = held_call(s, PyTuple_GetItem(values, 0), init, args, kwargs, 1);
 out:
     Py_XDECREF(init);
     Py_XDECREF(args);
@@ -226,142 +205,76 @@ out:
     return r;
 }
 
-/* --- the call ---------------------------------------------------------------- */
-
-static PyObject *init_call(PyObject *op, PyObject *values, PyObject *kwargs)
+/* body(self, *values): each parameter's value in the face's order. */
+static PyObject *body_call(PyObject *s, PyObject *values)
 {
-    Init *m = (Init *)op;
+    Py_ssize_t npositional = PyLong_AsSsize_t(AT(s, S_NPOSITIONAL));
     Py_ssize_t n = PyTuple_Size(values);
-    if (kwargs || n != m->npositional + PyTuple_Size(m->kwonly_names)
-                          + PyTuple_Size(m->setup_defaults)) {
+    if (n != npositional + PyTuple_Size(AT(s, S_KWONLY_NAMES))
+             + PyTuple_Size(AT(s, S_SETUP_DEFAULTS))) {
         PyErr_SetString(PyExc_TypeError, "Popen.__init__'s body takes each parameter's value, "
                                          "positionally");
         return NULL;
     }
-    if (is_plain(m, values, n))
-        return plain_call(m, values);
-    PyObject *call = PyObject_Call(m->prepare, values, NULL);
+    if (is_plain(s, values, n))
+        return plain_call(s, values, npositional);
+    PyObject *call = PyObject_Call(AT(s, S_PREPARE), values, NULL);
     if (!call)
         return NULL;
     PyObject *init, *args, *kw, *r = NULL;
     if (PyArg_ParseTuple(call, "OO!O!:prepare", &init, &PyTuple_Type, &args,
                          &PyDict_Type, &kw))
-        r = held_call(m, PyTuple_GetItem(values, 0), init, args, kw, 1);
+        r = held_call(s, PyTuple_GetItem(values, 0), init, args, kw, 1);
     Py_DECREF(call);
     return r;
 }
 
-/* --- the type ---------------------------------------------------------------- */
-
-#define METHOD_REFS(X) \
-    X(base) X(prepare) X(popen) X(name) X(kwonly_names) X(kwonly_defaults) \
-    X(setup_defaults) X(getsignal) X(raise_signal) X(discard) X(sigint)
-
-static int init_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    Init *m = (Init *)op;
-#define VISIT(f) Py_VISIT(m->f);
-    METHOD_REFS(VISIT)
-#undef VISIT
-    Py_VISIT(Py_TYPE(op));
-    return 0;
-}
-
-static int init_clear(PyObject *op)
-{
-    Init *m = (Init *)op;
-#define CLEAR(f) Py_CLEAR(m->f);
-    METHOD_REFS(CLEAR)
-#undef CLEAR
-    return 0;
-}
-
-/* Both types': their own clear, then the free. */
-static void dealloc(PyObject *op)
-{
-    PyTypeObject *type = Py_TYPE(op);
-    PyObject_GC_UnTrack(op);
-    ((inquiry)PyType_GetSlot(type, Py_tp_clear))(op);
-    ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
-    Py_DECREF(type);
-}
-
-static PyType_Slot init_slots[] = {
-    {Py_tp_call, (void *)init_call},
-    {Py_tp_traverse, (void *)init_traverse},
-    {Py_tp_clear, (void *)init_clear},
-    {Py_tp_dealloc, (void *)dealloc},
-    {Py_tp_doc, (void *)"rdmaspawn.Popen.__init__'s body: (self, *values), each "
-                        "parameter's value in the function's order."},
-    {0, NULL},
+static PyMethodDef body_def = {
+    "Popen_init", body_call, METH_VARARGS,
+    "rdmaspawn.Popen.__init__'s body: (self, *values), each parameter's value in "
+    "the function's order.",
 };
 
-static PyType_Spec init_spec = {
-    "rdmaspawn.Popen_init", sizeof(Init), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, init_slots,
-};
-
-/* The body's type: made once (the GIL serialises the callers); the method
- * takes only a body of it. */
-static PyObject *init_type;
-
+/* popen_init_new(base, popen, prepare, (npositional, kwonly_names,
+ * kwonly_defaults, setup_defaults), getsignal, raise_signal): the body. */
 PyObject *rs_popen_init_new(PyObject *module, PyObject *args)
 {
     Py_ssize_t npositional;
-    PyObject *base, *popen, *prepare, *layout, *getsignal, *raise_signal;
+    PyObject *base, *popen, *prepare, *getsignal, *raise_signal;
     PyObject *kwonly_names, *kwonly_defaults, *setup_defaults;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OOOOOO:popen_init_new", &base, &popen, &prepare,
-                          &layout, &getsignal, &raise_signal))
+    if (!PyArg_ParseTuple(args, "O!O!O(nO!O!O!)OO:popen_init_new", &PyType_Type, &base,
+                          &PyType_Type, &popen, &prepare, &npositional, &PyTuple_Type,
+                          &kwonly_names, &PyTuple_Type, &kwonly_defaults, &PyTuple_Type,
+                          &setup_defaults, &getsignal, &raise_signal))
         return NULL;
-    if (!PyType_Check(base) || !PyType_Check(popen) || !PyCallable_Check(prepare)
-            || !PyTuple_Check(layout)
-            || !PyArg_ParseTuple(layout, "nO!O!O!:layout", &npositional,
-                                 &PyTuple_Type, &kwonly_names, &PyTuple_Type,
-                                 &kwonly_defaults, &PyTuple_Type, &setup_defaults)
-            || npositional < 1 || PyTuple_Size(kwonly_names) != PyTuple_Size(kwonly_defaults)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "popen_init_new: bad arguments");
+    if (npositional < 1 || PyTuple_Size(kwonly_names) != PyTuple_Size(kwonly_defaults)) {
+        PyErr_SetString(PyExc_TypeError, "popen_init_new: bad layout");
         return NULL;
     }
-    if (!init_type && !(init_type = PyType_FromSpec(&init_spec)))
+    PyObject *state = Py_BuildValue(
+        "(OOOnOOOOONNi)", base, popen, prepare, npositional, kwonly_names, kwonly_defaults,
+        setup_defaults, getsignal, raise_signal, PyUnicode_InternFromString("__init__"),
+        PyUnicode_InternFromString("_discard"), SIGINT);
+    if (!state)
         return NULL;
-    Init *m = (Init *)PyType_GenericAlloc((PyTypeObject *)init_type, 0);
-    if (!m)
-        return NULL;
-    PyObject *refs[] = {base, popen, prepare, kwonly_names, kwonly_defaults, setup_defaults,
-                        getsignal, raise_signal};
-    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
-        Py_INCREF(refs[i]);
-    m->base = base;
-    m->popen = popen;
-    m->prepare = prepare;
-    m->npositional = npositional;
-    m->kwonly_names = kwonly_names;
-    m->kwonly_defaults = kwonly_defaults;
-    m->setup_defaults = setup_defaults;
-    m->getsignal = getsignal;
-    m->raise_signal = raise_signal;
-    m->name = PyUnicode_InternFromString("__init__");
-    m->discard = PyUnicode_InternFromString("_discard");
-    m->sigint = PyLong_FromLong(SIGINT);
-    if (!m->name || !m->discard || !m->sigint) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return (PyObject *)m;
+    PyObject *body = PyCFunction_NewEx(&body_def, state, NULL);
+    Py_DECREF(state);
+    return body;
 }
 
 /* --- the method -------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *body;            /* the Init above: its hold, its classes */
+    PyObject *state;           /* the body's */
     PyObject *face;            /* the Python __init__: every call but the plain
                                 * one, and what introspection asks */
     PyObject *setup_keywords;  /* a frozenset: a call naming one is not plain */
-    PyObject *method_type;     /* types.MethodType, for access on an instance */
 } Method;
+
+/* Made once, with the method type; the GIL serialises the callers. */
+static PyObject *method_type;   /* types.MethodType, for access on an instance */
 
 /* Whether kwargs names a setup keyword: 1, 0, or -1 with an exception. */
 static int names_setup_keyword(Method *me, PyObject *kwargs)
@@ -379,9 +292,9 @@ static int names_setup_keyword(Method *me, PyObject *kwargs)
 static PyObject *method_call(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     Method *me = (Method *)op;
-    Init *m = (Init *)me->body;
+    PyObject *s = me->state;
     if (PyTuple_Size(args) < 1
-            || (PyObject *)Py_TYPE(PyTuple_GetItem(args, 0)) != m->popen)
+            || (PyObject *)Py_TYPE(PyTuple_GetItem(args, 0)) != AT(s, S_POPEN))
         return PyObject_Call(me->face, args, kwargs);
     if (kwargs) {
         int named = names_setup_keyword(me, kwargs);
@@ -390,10 +303,10 @@ static PyObject *method_call(PyObject *op, PyObject *args, PyObject *kwargs)
         if (named)
             return PyObject_Call(me->face, args, kwargs);
     }
-    PyObject *init = PyObject_GetAttr(m->base, m->name);
+    PyObject *init = PyObject_GetAttr(AT(s, S_BASE), AT(s, S_NAME));
     if (!init)
         return NULL;
-    PyObject *r = held_call(m, PyTuple_GetItem(args, 0), init, args, kwargs, 0);
+    PyObject *r = held_call(s, PyTuple_GetItem(args, 0), init, args, kwargs, 0);
     Py_DECREF(init);
     return r;
 }
@@ -406,7 +319,7 @@ static PyObject *method_get(PyObject *op, PyObject *obj, PyObject *type)
         Py_INCREF(op);
         return op;
     }
-    return PyObject_CallFunctionObjArgs(((Method *)op)->method_type, op, obj, NULL);
+    return PyObject_CallFunctionObjArgs(method_type, op, obj, NULL);
 }
 
 /* The face's answer for what the type does not answer, and for the two it
@@ -434,7 +347,7 @@ static PyObject *method_reduce(PyObject *op, PyObject *unused)
 
 static PyObject *method_repr(PyObject *op)
 {
-    PyObject *qualname = PyObject_GetAttrString(((Method *)op)->face, "__qualname__");
+    PyObject *qualname = method_reduce(op, NULL);
     if (!qualname)
         return NULL;
     PyObject *r = PyUnicode_FromFormat("<rdmaspawn function %U>", qualname);
@@ -442,14 +355,12 @@ static PyObject *method_repr(PyObject *op)
     return r;
 }
 
-#define METHOD_OBJ_REFS(X) X(body) X(face) X(setup_keywords) X(method_type)
-
 static int method_traverse(PyObject *op, visitproc visit, void *arg)
 {
     Method *me = (Method *)op;
-#define VISIT(f) Py_VISIT(me->f);
-    METHOD_OBJ_REFS(VISIT)
-#undef VISIT
+    Py_VISIT(me->state);
+    Py_VISIT(me->face);
+    Py_VISIT(me->setup_keywords);
     Py_VISIT(Py_TYPE(op));
     return 0;
 }
@@ -457,9 +368,9 @@ static int method_traverse(PyObject *op, visitproc visit, void *arg)
 static int method_clear(PyObject *op)
 {
     Method *me = (Method *)op;
-#define CLEAR(f) Py_CLEAR(me->f);
-    METHOD_OBJ_REFS(CLEAR)
-#undef CLEAR
+    Py_CLEAR(me->state);
+    Py_CLEAR(me->face);
+    Py_CLEAR(me->setup_keywords);
     return 0;
 }
 
@@ -476,7 +387,7 @@ static PyType_Slot method_slots[] = {
     {Py_tp_methods, method_methods},
     {Py_tp_traverse, (void *)method_traverse},
     {Py_tp_clear, (void *)method_clear},
-    {Py_tp_dealloc, (void *)dealloc},
+    {Py_tp_dealloc, (void *)rs_gc_dealloc},
     {0, NULL},
 };
 
@@ -485,38 +396,38 @@ static PyType_Spec method_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR, method_slots,
 };
 
+/* popen_init_method(body, face, setup_keywords): the method. */
 PyObject *rs_popen_init_method(PyObject *module, PyObject *args)
 {
-    static PyObject *type;  /* made once; the GIL serialises the callers */
+    static PyObject *type;
     PyObject *body, *face, *setup_keywords;
     (void)module;
     if (!PyArg_ParseTuple(args, "OOO!:popen_init_method", &body, &face,
                           &PyFrozenSet_Type, &setup_keywords))
         return NULL;
-    if (!init_type || Py_TYPE(body) != (PyTypeObject *)init_type || !PyCallable_Check(face)) {
+    if (!PyCFunction_Check(body) || PyCFunction_GetFunction(body) != body_call
+            || !PyCallable_Check(face)) {
         PyErr_SetString(PyExc_TypeError,
                         "popen_init_method: body is not popen_init_new's, or face not callable");
         return NULL;
     }
-    if (!type && !(type = PyType_FromSpec(&method_spec)))
-        return NULL;
+    if (!type) {
+        PyObject *types = PyImport_ImportModule("types");
+        method_type = types ? PyObject_GetAttrString(types, "MethodType") : NULL;
+        Py_XDECREF(types);
+        if (!method_type || !(type = PyType_FromSpec(&method_spec))) {
+            Py_CLEAR(method_type);
+            return NULL;
+        }
+    }
     Method *me = (Method *)PyType_GenericAlloc((PyTypeObject *)type, 0);
     if (!me)
         return NULL;
-    Py_INCREF(body);
+    me->state = PyCFunction_GetSelf(body);
+    Py_INCREF(me->state);
     Py_INCREF(face);
-    Py_INCREF(setup_keywords);
-    me->body = body;
     me->face = face;
+    Py_INCREF(setup_keywords);
     me->setup_keywords = setup_keywords;
-    PyObject *types = PyImport_ImportModule("types");
-    if (types) {
-        me->method_type = PyObject_GetAttrString(types, "MethodType");
-        Py_DECREF(types);
-    }
-    if (!me->method_type) {
-        Py_DECREF(me);
-        return NULL;
-    }
     return (PyObject *)me;
 }

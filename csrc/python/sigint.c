@@ -21,11 +21,10 @@
  * the program's action back at once: no one in it would ever release the
  * hold.
  */
+#include "binding.h"
+
 #include <pthread.h>
 #include <signal.h>
-#include <string.h>
-
-#include "binding.h"
 
 static volatile sig_atomic_t held;
 static unsigned long arrived;        /* written by the counter, any thread */
@@ -35,14 +34,6 @@ static void count(int sig)
 {
     (void)sig;
     __atomic_fetch_add(&arrived, 1, __ATOMIC_RELAXED);
-}
-
-static void counter_action(struct sigaction *sa)
-{
-    memset(sa, 0, sizeof *sa);
-    sa->sa_handler = count;
-    sa->sa_flags = 0;   /* Python's own handler has no SA_RESTART either */
-    sigemptyset(&sa->sa_mask);
 }
 
 static void forked_child(void)
@@ -76,12 +67,13 @@ int rs_sigint_owner(void)
 int rs_sigint_hold(void)
 {
     static int atfork;
-    struct sigaction counter, was;
+    /* No SA_RESTART: Python's own handler has none either. */
+    struct sigaction counter = {.sa_handler = count}, was;
     if (held)
         return 0;
     if (!atfork)
         atfork = pthread_atfork(NULL, NULL, forked_child) == 0 ? 1 : -1;
-    counter_action(&counter);
+    sigemptyset(&counter.sa_mask);
     __atomic_store_n(&arrived, 0, __ATOMIC_RELAXED);
     if (sigaction(SIGINT, &counter, &was) < 0)
         return 0;
