@@ -76,10 +76,11 @@ PyObject *rs_fork_exec_setup(PyObject *module, PyObject *call);
  * tuple of three. */
 PyObject *rs_errpipe_calls(PyObject *module, PyObject *args);
 
-/* spawn_posix(call, conversion): Popen._posix_spawn's call (its positional
- * arguments) converted and spawned as os.posix_spawn would: the pid, or its
- * exception; conversion is dropin/cpython.py's PosixSpawn.conversion
- * (convert.c). */
+/* spawn_posix(call[, conversion]): Popen._posix_spawn's call (its positional
+ * arguments) converted and spawned as os.posix_spawn would: (pid, the six
+ * fds), or its exception; conversion is dropin/cpython.py's
+ * PosixSpawn.conversion, kept for the calls without one (NotImplemented where
+ * none was handed over, or the call is of another count) (convert.c). */
 PyObject *rs_spawn_posix(PyObject *module, PyObject *args);
 
 /* spawn_request_fields(): SpawnRequest's field names, in the order

@@ -60,11 +60,13 @@ fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
 #: ``fork_exec_setup(fork_exec, args, setup_address)``: that object's call
 #: without its preexec_fn, with the packed ``struct rs_setup`` at the address.
 fork_exec_setup: Callable[[Any, tuple[Any, ...], int], int] = _c.fork_exec_setup
-#: ``spawn_posix(args, conversion)``: csrc/python/convert.c,
+#: ``spawn_posix(args[, conversion])``: csrc/python/convert.c,
 #: ``Popen._posix_spawn``'s call (its positional arguments) converted and
-#: spawned as ``os.posix_spawn`` would: the pid, or its exception;
-#: ``conversion`` is ``dropin.cpython.PosixSpawn.conversion``.
-spawn_posix: Callable[[tuple[Any, ...], tuple[Any, ...]], int] = _c.spawn_posix
+#: spawned as ``os.posix_spawn`` would: ``(pid, p2cread, ..., errwrite)``, or
+#: its exception; ``conversion`` (``dropin.cpython.PosixSpawn.conversion``)
+#: is kept for the calls without one, NotImplemented where there is none yet
+#: or the call is of another count.
+spawn_posix: Callable[..., Any] = _c.spawn_posix
 #: SpawnRequest's field names in the order spawn_request reads them
 #: (csrc/python/convert.c).
 spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields
