@@ -860,7 +860,7 @@ static int convert_posix_spawn(PyObject *call, const unsigned char *at, PyObject
 
     /* Each file action parsed ("i") and added: glibc refuses an fd outside
      * [0, the fd limit) with EBADF, before any child. */
-    long limit = sysconf(_SC_OPEN_MAX);
+    long limit = -1;
     if (!(c->close_first = alloc(c, 3 * sizeof(int))))
         return 0;
     for (int i = 0; i < 6; i++) {
@@ -869,6 +869,8 @@ static int convert_posix_spawn(PyObject *call, const unsigned char *at, PyObject
             continue;
         if (!c_int(PyTuple_GetItem(call, at[action_fds[i]]), w, &fds[i]))
             return 0;
+        if (limit < 0)
+            limit = sysconf(_SC_OPEN_MAX);
         if (fds[i] < 0 || fds[i] >= limit) {
             errno = EBADF;
             PyErr_SetFromErrno(PyExc_OSError);
@@ -902,30 +904,53 @@ static const unsigned char *positions_of(PyObject *spec)
     return at;
 }
 
+/* The conversion handed over by the last call that named one (the gate's:
+ * one per process) and its checked positions, for the calls that do not. */
+static PyObject *posix_spawn_spec;
+static const unsigned char *posix_spawn_at;
+
 PyObject *rs_spawn_posix(PyObject *module, PyObject *args)
 {
     struct rs_conv c;
     struct rs_result res;
-    PyObject *call, *spec;
+    PyObject *call, *spec = NULL;
 
     (void)module;
-    if (!PyArg_UnpackTuple(args, "spawn_posix", 2, 2, &call, &spec))
+    if (!PyArg_UnpackTuple(args, "spawn_posix", 1, 2, &call, &spec))
         return NULL;
-    const unsigned char *at = PyTuple_Check(spec) && PyTuple_Size(spec) == N_SPEC
+    const unsigned char *at = !spec ? posix_spawn_at
+                              : PyTuple_Check(spec) && PyTuple_Size(spec) == N_SPEC
                               ? positions_of(spec) : NULL;
-    if (!at || !PyTuple_Check(call) || PyTuple_Size(call) != at[AT_COUNT]) {
+    int fits = at && PyTuple_Check(call) && PyTuple_Size(call) == at[AT_COUNT];
+    if (!spec && !fits)
+        Py_RETURN_NOTIMPLEMENTED;   /* none handed over yet, or another count */
+    if (!fits) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "spawn_posix: bad arguments");
         return NULL;
     }
+    if (spec) {
+        PyObject *old = posix_spawn_spec;
+        Py_INCREF(spec);
+        posix_spawn_spec = spec;
+        posix_spawn_at = at;
+        Py_XDECREF(old);
+    }
+    spec = posix_spawn_spec;
     rs_conv_init(&c);
     if (!convert_posix_spawn(call, at, spec, &c)) {
         rs_conv_release(&c);
         return NULL;
     }
     rs_conv_spawn(&c, &res);
-    if (!res.err)
-        return PyLong_FromLong(res.pid);
+    if (!res.err) {
+        PyObject *pid = PyLong_FromLong(res.pid), *out = pid ? PyTuple_Pack(
+            7, pid, PyTuple_GetItem(call, at[AT_P2CREAD]), PyTuple_GetItem(call, at[AT_P2CWRITE]),
+            PyTuple_GetItem(call, at[AT_C2PREAD]), PyTuple_GetItem(call, at[AT_C2PWRITE]),
+            PyTuple_GetItem(call, at[AT_ERRREAD]), PyTuple_GetItem(call, at[AT_ERRWRITE])) : NULL;
+        Py_XDECREF(pid);
+        return out;
+    }
     /* os.posix_spawn's OSError(errno, strerror, path), the subclass the
      * errno picks; built by hand, as PyErr_SetFromErrnoWithFilenameObject
      * runs signal handlers on EINTR. */

@@ -90,8 +90,8 @@ static PyMethodDef functions[] = {
      "fork_exec_setup(fork_exec, args, then): the call without its preexec_fn, converted, "
      "then spawned by then(spawn) with the setup it packs."},
     {"spawn_posix", rs_spawn_posix, METH_VARARGS,
-     "spawn_posix(args, conversion): Popen._posix_spawn's positional call spawned "
-     "(convert.c): the pid, or os.posix_spawn's exception."},
+     "spawn_posix(args[, conversion]): Popen._posix_spawn's positional call spawned "
+     "(convert.c): (pid, *its six fds), or os.posix_spawn's exception."},
     {"spawn_request_fields", rs_spawn_request_fields, METH_NOARGS,
      "SpawnRequest's field names, in the order spawn_request reads them."},
     {"spawn_request", rs_spawn_request, METH_VARARGS,

@@ -51,9 +51,11 @@ fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
 #: ``struct rs_setup`` and calls ``spawn(address)`` once (pack.spawn_with).
 fork_exec_setup: Callable[[Any, tuple[Any, ...], Callable[[Callable[[int], int]], int]],
                           int] = _c.fork_exec_setup
-#: ``spawn_posix(args, conversion)``: ``Popen._posix_spawn``'s positional call
-#: spawned as ``os.posix_spawn`` would (``PosixSpawn.conversion``); the pid.
-spawn_posix: Callable[[tuple[Any, ...], tuple[Any, ...]], int] = _c.spawn_posix
+#: ``spawn_posix(args[, conversion])``: ``Popen._posix_spawn``'s positional call
+#: spawned as ``os.posix_spawn`` would: ``(pid, p2cread, ..., errwrite)``;
+#: ``conversion`` (``PosixSpawn.conversion``) is kept for the calls without
+#: one (NotImplemented: none yet, or a call of another count).
+spawn_posix: Callable[..., Any] = _c.spawn_posix
 #: SpawnRequest's field names in the order spawn_request reads them
 #: (csrc/python/convert.c).
 spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields

@@ -48,13 +48,15 @@ def _bind(spawn: _cpython.PosixSpawn, args: tuple[Any, ...], kwargs: dict[str, A
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
     """``Popen._posix_spawn`` of the running CPython, on the engine."""
-    spawn = _cpython.require().posix_spawn
-    if spawn is None:  # not the _posix_spawn rdmaspawn knows: CPython's own
-        spawn_cpython: Callable[..., None] = _wrapping.innermost(
-            subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
-        return spawn_cpython(self, *args, **kwargs)
-    if kwargs or len(args) != len(spawn.params):
-        args = tuple(_bind(spawn, args, kwargs).values())
-    self.pid = _capi.spawn_posix(args, spawn.conversion)
+    # C keeps the conversion the first call hands it, once the gate passed.
+    spawned = NotImplemented if kwargs else _capi.spawn_posix(args)
+    if spawned is NotImplemented:  # the first call, or one by keyword or of another count
+        spawn = _cpython.require().posix_spawn
+        if spawn is None:  # not the _posix_spawn rdmaspawn knows: CPython's own
+            spawn_cpython: Callable[..., None] = _wrapping.innermost(
+                subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
+            return spawn_cpython(self, *args, **kwargs)
+        spawned = _capi.spawn_posix(tuple(_bind(spawn, args, kwargs).values()), spawn.conversion)
+    self.pid, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = spawned
     self._child_created = True
-    self._close_pipe_fds(*spawn.fds_of(args))
+    self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
