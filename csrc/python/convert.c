@@ -18,12 +18,7 @@
  * and the order CPython checks in (one entry's rule beside another's)
  * could no longer be read in one place.
  */
-#include <pyconfig.h>
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
-#  define Py_LIMITED_API 0x03090000   /* see fork_exec.c */
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "binding.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -32,7 +27,6 @@
 #include <unistd.h>
 
 #include "rdmaspawn.h"
-#include "binding.h"
 #include "convert.h"
 
 /* CPython's MAX_GROUPS: NGROUPS_MAX of <limits.h> (Linux: 65536). */
