@@ -67,3 +67,24 @@ def test_no_spawn_path_imports_ctypes() -> None:
     assert report["spawns"] == 4  # each through the engine
     assert report["ctypes"] == dict.fromkeys(
         ["import", "Popen", "patch() + run", "posix_spawn", "spawn()"], False)
+
+
+def test_every_returned_singleton_is_a_new_reference() -> None:
+    """The module is built once (abi3) and loaded by 3.9-3.15. The 3.12+
+    headers make Py_RETURN_NONE and its kin a bare return of an immortal
+    object, even for the limited API, so a module built with them and loaded
+    by 3.9-3.11 frees the object ("deallocating NotImplemented" at exit).
+    None of those macros is used, and a builtin that answers NotImplemented
+    leaves its count as it was, whichever headers built this one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    csrc = os.path.join(os.path.dirname(here), "csrc", "python")
+    used = [(name, line.strip()) for name in sorted(os.listdir(csrc))
+            if name.endswith((".c", ".h"))
+            for line in open(os.path.join(csrc, name), encoding="utf-8")
+            if "Py_RETURN_" in line and "not Py_RETURN_" not in line
+            and not line.lstrip().startswith(("/*", "*"))]
+    assert used == []
+    before = sys.getrefcount(NotImplemented)
+    for _ in range(1000):
+        assert capi.spawn_posix(()) is NotImplemented
+    assert sys.getrefcount(NotImplemented) == before

@@ -916,8 +916,10 @@ PyObject *rs_spawn_posix(PyObject *module, PyObject *args)
                               : PyTuple_Check(spec) && PyTuple_Size(spec) == N_SPEC
                               ? positions_of(spec) : NULL;
     int fits = at && PyTuple_Check(call) && PyTuple_Size(call) == at[AT_COUNT];
-    if (!spec && !fits)
-        Py_RETURN_NOTIMPLEMENTED;   /* none handed over yet, or another count */
+    if (!spec && !fits) {   /* none handed over yet, or another count */
+        Py_INCREF(Py_NotImplemented);   /* not Py_RETURN_NOTIMPLEMENTED: see none() */
+        return Py_NotImplemented;
+    }
     if (!fits) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "spawn_posix: bad arguments");

@@ -24,26 +24,24 @@ from . import wrapping as _wrapping
 __all__ = ["posix_spawn_method"]
 
 
-def _bind(spawn: _cpython.PosixSpawn, args: tuple[Any, ...], kwargs: dict[str, Any]
-          ) -> dict[str, Any]:
-    """The call's arguments by parameter name, as CPython's function would take them."""
-    params = spawn.params
-    if not kwargs and len(args) == len(params):  # how _execute_child calls it
-        return dict(zip(params, args))
-    if len(args) > len(params):
-        raise TypeError(f"_posix_spawn() takes {len(params) + 1} positional arguments "
-                        f"but {len(args) + 1} were given")
-    bound = dict(zip(params, args))
-    for name, value in kwargs.items():
-        if name not in params or name in bound:
-            raise TypeError(f"_posix_spawn() got an unexpected or repeated argument {name!r}")
-        bound[name] = value
-    for name in params:
-        if name not in bound:
-            if name not in spawn.defaults:
-                raise TypeError(f"_posix_spawn() missing required argument {name!r}")
-            bound[name] = spawn.defaults[name]
-    return bound
+def _bind(spawn: _cpython.PosixSpawn, self: Any, args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The call as CPython's function would take it, positionally; a call it
+    refuses gets its TypeError, in its words (Python's own, by the same name
+    and parameters)."""
+    global _binder
+    if _binder is None or _binder[0] is not spawn:
+        names = ", ".join(spawn.params)
+        made: dict[str, Any] = {}
+        exec(f"class Popen:\n def _posix_spawn(self, {names}):\n  return ({names},)\n",
+             made)
+        function = made["Popen"]._posix_spawn
+        function.__defaults__ = spawn.function.__defaults__
+        _binder = (spawn, function)
+    return _binder[1](self, *args, **kwargs)
+
+
+_binder: tuple[_cpython.PosixSpawn, Callable[..., tuple[Any, ...]]] | None = None
 
 
 def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -56,7 +54,7 @@ def posix_spawn_method(self: Any, *args: Any, **kwargs: Any) -> None:
             spawn_cpython: Callable[..., None] = _wrapping.innermost(
                 subprocess.Popen._posix_spawn)  # type: ignore[attr-defined]
             return spawn_cpython(self, *args, **kwargs)
-        spawned = _capi.spawn_posix(tuple(_bind(spawn, args, kwargs).values()), spawn.conversion)
+        spawned = _capi.spawn_posix(_bind(spawn, self, args, kwargs), spawn.conversion)
     self.pid, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = spawned
     self._child_created = True
     self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
