@@ -11,7 +11,6 @@ from __future__ import annotations
 import _posixsubprocess
 import dis
 import io
-import operator
 import os
 import subprocess
 import sys
@@ -137,11 +136,6 @@ class PosixSpawn(NamedTuple):
     #: CPython's own, below any wrapper (RDMASPAWN's start-up stand-in, say).
     function: Callable[..., Any]
     params: tuple[str, ...]
-    defaults: dict[str, Any]
-    #: Where _POSIX_SPAWN_FDS sit in a positional call, self not counted.
-    fds: tuple[int, ...]
-    #: Those six of a positional call (``operator.itemgetter``: no list per spawn).
-    fds_of: Callable[[tuple[Any, ...]], tuple[Any, ...]]
     #: convert.c's rs_spawn_posix() spec, in its order: the positions (a byte
     #: each; 0xff: no close_fds before 3.13), the file actions' int wording,
     #: os.posix_spawn's own errors, and os where env=None means os.environ
@@ -367,15 +361,14 @@ def _posix_spawn(popen: Any, known: tuple[str, ...]) -> tuple[PosixSpawn | None,
         return None, (f"subprocess.Popen._execute_child does not take _posix_spawn "
                       f"where {POSIX_SPAWN_FLAG} says")
     at = {name: i for i, name in enumerate(params)}
-    fds = tuple(at[name] for name in _POSIX_SPAWN_FDS)
     positions = bytes((len(params), at["args"], at["executable"], at["env"],
-                       at["restore_signals"], at.get("close_fds", 0xFF), *fds))
-    defaults = dict(zip(reversed(params), reversed(function.__defaults__ or ())))
+                       at["restore_signals"], at.get("close_fds", 0xFF),
+                       *(at[name] for name in _POSIX_SPAWN_FDS)))
     conversion = (positions, ("", "", "", "", *_int_wordings("format_i"), ""),
                   _posix_spawn_refuses("\0", ["\0"], {}), POSIX_SPAWN_PATH_NUL,
                   _posix_spawn_refuses("/", ["x"], 0),
                   os if "environ" in code.co_names else None)
-    return PosixSpawn(function, params, defaults, fds, operator.itemgetter(*fds), conversion), ""
+    return PosixSpawn(function, params, conversion), ""
 
 
 _LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF",
