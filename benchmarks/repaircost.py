@@ -34,15 +34,15 @@ from pathlib import Path
 
 from . import repairreal
 from .doctable import check_page, parse_shapes, publish, ran_on
-from .workers import Worker, take_turns
+from .workers import FORKSHAPE, Worker, take_turns
 
 DEFAULT_SHAPES = "360:0,360:1,360:100,30000:0,30000:1,30000:100"
 
 # One worker: builds its shape, then answers each line on stdin with the
 # milliseconds of one fork + wait (or, for "sweep", the repair's start).
-WORKER = r"""
-import ctypes, json, mmap, os, sys, time
-kind, mappings, registrations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+WORKER = FORKSHAPE + r"""
+import ctypes, json, sys
+kind, count, registrations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 from rdmaspawn._native import forkrepair
 from rdmaspawn._rdmaspawn_cffi import lib  # noqa: F401  (loaded before any timing)
 verbs = ctypes.CDLL("libibverbs.so.1")
@@ -51,34 +51,21 @@ assert verbs.ibv_fork_init() == 0
 if kind == "repaired":
     forkrepair.start_without_asking()
 keep = []
-def count():
-    with open("/proc/self/maps", "rb") as f:
-        return f.read().count(b"\n")
 for _ in range(registrations):
     m = mmap.mmap(-1, 65536)
     m[0] = 1
     keep.append(m)
     assert verbs.ibv_dontfork_range(ctypes.addressof(ctypes.c_char.from_buffer(m)), 65536) == 0
-while count() < mappings:  # alternating protections keep neighbours from merging
-    for i in range(min(1000, mappings - count())):
-        m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        m[0] = 1
-        keep.append(m)
-        if i % 2:
-            keep.append(mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ))
-print(json.dumps({"mappings": count()}), flush=True)
+grow(count, keep)
+print(json.dumps({"mappings": mappings()}), flush=True)
 for line in sys.stdin:
+    if kind != "sweep":
+        print(fork_ms(), flush=True)
+        continue
     start = time.perf_counter()
-    if kind == "sweep":
-        forkrepair.start_without_asking()
-    else:
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
+    forkrepair.start_without_asking()
     print((time.perf_counter() - start) * 1e3, flush=True)
-    if kind == "sweep":
-        break
+    break
 """
 
 
