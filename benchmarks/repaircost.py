@@ -13,17 +13,9 @@ nothing is pinned, so the cost is the same and the result is safe.
 ``--doc PAGE`` writes the table between the page's repaircost markers
 (docs/how-it-works.md holds them).
 
-``--real`` and ``--vmas`` need an RDMA device (tests/realdevice/bench_vm.sh
-runs them in the soft-RoCE VM): ``repairreal.py``'s, whose ``--doc`` blocks
-are ``repaircost-real`` and ``repaircost-vmas``.
-
-    python -m rdmaspawn.bench.repaircost [--shapes 360:0,360:1,360:100,30000:0,...]
-                                         [--rounds 21] [--doc PAGE]
-    python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
-                                         [--variants marked,repaired,unmarked,swept,loaded]
-                                         [--placement mmap|malloc|lone]
-    python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
-                                         [--large-every 1] [--window 16]
+``--real`` and ``--vmas`` (``repairreal.py``; ``--doc`` blocks ``repaircost-real``
+and ``repaircost-vmas``) need an RDMA device: tests/realdevice/bench_vm.sh runs
+them in the soft-RoCE VM.
 """
 from __future__ import annotations
 
@@ -127,8 +119,9 @@ def main() -> None:
                                              tuple(args.variants.split(",")), args.placement)
         extra = "".join(f" --{k} {getattr(args, k)}" for k in ("sizes", "variants", "placement")
                         if getattr(args, k) != parser.get_default(k))
-        publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc,
-                "repaircost --real --doc")
+        head = (f"{ran_on('repaircost --real', rounds, extra)}, each round one fork of each "
+                "variant in its own process, the child's VmRSS read right after fork:")
+        publish("repaircost-real", [head, "", *lines], args.doc, "repaircost --real --doc")
     else:
         rounds = args.rounds or 21
         check_page("repaircost", args.doc)
