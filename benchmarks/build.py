@@ -53,13 +53,9 @@ def _compile(args: list[str]) -> tuple[bool, str]:
     return ok, said.splitlines()[-1] if said else ""
 
 
-def find_cc() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
 def build(workdir: Path) -> Built:
     """Compile noop.c and floor.c into workdir."""
-    cc = find_cc()
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         note = "no C compiler: the child is /bin/true and there is no floor"
         return Built(FALLBACK_CHILD, "/bin/true (fallback)", None, "no C compiler (cc) found",

@@ -27,21 +27,17 @@ from .outdir import OutDirError, make_out_dir
 from .plot import plot
 from .readme import MarkerError, render_block, splice
 from .spawners import make_spawners
-from .sweep import safety_margin, sweep, warm_up
+from .sweep import safety_margin, sweep
 from .table import render_table
 
 JSON_NAME = "spawn_latency.json"
 PNG_NAME = "spawn_latency.png"
 
-DEFAULT_MEM_GIB = (0.0, 1.0, 4.0, 16.0)
-DEFAULT_THREADS = (1, 2, 4)
-# Enough that a 4-thread throughput batch is long enough to compare.
-DEFAULT_ITERATIONS = 2000
-DEFAULT_TIME_CAP_S = 20.0  # seconds of spawning per spawner per configuration
-QUICK_MEM_GIB = (0.0, 1.0)
-QUICK_THREADS = (1, 2, 4)
-QUICK_ITERATIONS = 200
-QUICK_TIME_CAP_S = 1.5
+# Each sweep option's (default, --quick); 2000 spawns: enough that a 4-thread
+# throughput batch is long enough to compare.
+DEFAULTS: dict[str, tuple[Any, Any]] = {
+    "mem_gib": ([0.0, 1.0, 4.0, 16.0], [0.0, 1.0]), "threads": ([1, 2, 4], [1, 2, 4]),
+    "iterations": (2000, 200), "time_cap": (20.0, 1.5)}
 
 NOTES = [
     "Latency is spawn + wait of a static no-op child, timed around each call.",
@@ -76,8 +72,9 @@ def _positive(text: str) -> int:
     return v
 
 
-def _csv(values: Sequence[float]) -> str:
-    return ",".join(f"{v:g}" for v in values)
+def _defaults(key: str) -> str:
+    return "default {}; --quick {}".format(*(
+        ",".join(f"{v:g}" for v in d) if isinstance(d, list) else f"{d:g}" for d in DEFAULTS[key]))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -100,30 +97,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "into --out if given) from a JSON record")
     p.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
     p.add_argument("--mem-gib", type=_number_list(float, 0, "numbers"), default=None,
-                   help=f"resident memory sizes in GiB, comma-separated (default {_csv(DEFAULT_MEM_GIB)}; "
-                   f"--quick {_csv(QUICK_MEM_GIB)}); sizes that do not fit in MemAvailable minus "
+                   help=f"resident memory sizes in GiB, comma-separated ({_defaults('mem_gib')}); sizes that do not fit in MemAvailable minus "
                    "a margin are skipped")
     p.add_argument("--threads", type=_number_list(int, 1, "integers"), default=None,
-                   help=f"threads spawning at once, comma-separated (default {_csv(DEFAULT_THREADS)}; "
-                   f"--quick {_csv(QUICK_THREADS)})")
+                   help=f"threads spawning at once, comma-separated ({_defaults('threads')})")
     p.add_argument("--iterations", type=_positive, default=None,
-                   help=f"spawns per spawner per configuration (default {DEFAULT_ITERATIONS}; "
-                   f"--quick {QUICK_ITERATIONS}); slow spawners stop earlier at the time cap")
+                   help=f"spawns per spawner per configuration ({_defaults('iterations')}); slow spawners stop earlier at the time cap")
     p.add_argument("--time-cap", type=float, default=None,
                    help="seconds of spawning per spawner per configuration before it stops with "
-                   f"what it has (default {DEFAULT_TIME_CAP_S:g}; --quick {QUICK_TIME_CAP_S:g})")
+                   f"what it has ({_defaults('time_cap')})")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     p.add_argument("--pin", action="store_true",
                    help="give each spawning thread a CPU of its own, shared with its children (the "
                    "floor's threads too); on VMs where waking an idle vCPU costs a scheduler tick "
                    "this takes that noise out of the figures")
     a = p.parse_args(argv)
-    for key, default, quick in (("mem_gib", list(DEFAULT_MEM_GIB), list(QUICK_MEM_GIB)),
-                                ("threads", list(DEFAULT_THREADS), list(QUICK_THREADS)),
-                                ("iterations", DEFAULT_ITERATIONS, QUICK_ITERATIONS),
-                                ("time_cap", DEFAULT_TIME_CAP_S, QUICK_TIME_CAP_S)):
+    for key, both in DEFAULTS.items():
         if getattr(a, key) is None:
-            setattr(a, key, quick if a.quick else default)
+            setattr(a, key, both[a.quick])
     if a.readme is not None:
         try:
             splice(a.readme.read_text(), "")  # fail now, not after a long run
@@ -157,18 +148,16 @@ def measure(args: argparse.Namespace, started: float) -> Report:
         for s in spawners:
             if s.status != OK:
                 log(f"{s.id}: unavailable - {s.reason}")
-        log("warming up ...")
-        warm_up(spawners, built)
-        swept = sweep(spawners, built, args.mem_gib, args.threads, args.iterations,
+        results, measured, skipped = sweep(spawners, built, args.mem_gib, args.threads, args.iterations,
                       args.time_cap, args.pin)
     settings = Settings(
-        mem_gib_requested=args.mem_gib, mem_gib_measured=swept.measured,
-        mem_gib_skipped=swept.skipped, threads=args.threads, iterations=args.iterations,
-        time_cap_s=args.time_cap, quick=args.quick, pin=args.pin, child=built.child,
+        mem_gib_requested=args.mem_gib, mem_gib_measured=measured, mem_gib_skipped=skipped,
+        threads=args.threads, iterations=args.iterations, time_cap_s=args.time_cap,
+        quick=args.quick, pin=args.pin, child=built.child,
         child_kind=built.child_kind, cc=built.cc, floor=built.floor_reason,
         memory_safety_margin_gib=round(safety_margin(meminfo().get("MemTotal", 0)) / GiB, 2),
     )
-    report = Report(SCHEMA, machine, settings, [s.info() for s in spawners], swept.results,
+    report = Report(SCHEMA, machine, settings, [s.info() for s in spawners], results,
                     {}, [], built.notes + NOTES)
     analyse(report)
     report.duration_s = round(time.monotonic() - started, 1)

@@ -10,21 +10,17 @@ from pathlib import Path
 from .readme import splice
 
 
-def markers(name: str) -> tuple[str, str]:
-    """The begin and end markers of benchmark ``name``'s block."""
-    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-
-
 def check_page(name: str, *docs: Path | None) -> None:
     """Fail before the run, not after it, when a page lacks the markers."""
-    for doc in filter(None, docs):
-        splice(doc.read_text(), "", *markers(name))
+    write_block(name, None, *docs)
 
 
-def write_block(name: str, block: str, *docs: Path | None) -> None:
-    """``block`` between the markers of each page in ``docs``."""
+def write_block(name: str, block: str | None, *docs: Path | None) -> None:
+    """``block`` between benchmark ``name``'s markers in each page in ``docs`` (None: check only)."""
     for doc in filter(None, docs):
-        doc.write_text(splice(doc.read_text(), block, *markers(name)))
+        text = splice(doc.read_text(), block or "", f"<!-- {name}:begin -->", f"<!-- {name}:end -->")
+        if block is not None:
+            doc.write_text(text)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:

@@ -15,60 +15,23 @@ from __future__ import annotations
 
 import argparse
 import mmap
-import os
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
 
 from rdmaspawn._host.procfs import has_dontfork
 from rdmaspawn.tools.guard import guard, unguard
 
 from .doctable import check_page, parse_shapes, publish, ran_on
+from .forkshape import fork_ms, grow, mappings
 
 MiB = 1 << 20
 
 
-def _mappings() -> int:
-    with open("/proc/self/maps", "rb") as f:
-        return f.read().count(b"\n")
-
-
-def _grow(mappings: int, resident_mib: int, keep: list[mmap.mmap]) -> None:
-    """At least this many mappings and this much resident anonymous memory."""
-    # Neighbouring anonymous mappings with the same protection merge into
-    # one; alternating read-only and read-write pages keeps them apart.
-    while _mappings() < mappings:
-        for i in range(min(1000, mappings - _mappings())):
-            m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            m[0] = 1  # in memory: page tables to copy and to walk
-            keep.append(m)
-            if i % 2:
-                keep.append(mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ))
-    held = sum(len(m) for m in keep if len(m) > mmap.PAGESIZE) // MiB
-    if resident_mib > held:
-        big = mmap.mmap(-1, (resident_mib - held) * MiB)
-        for at in range(0, len(big), mmap.PAGESIZE):
-            big[at] = 1
-        keep.append(big)
-
-
-def _fork_once() -> None:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-
-
-def _smaps_first() -> None:
-    has_dontfork()
-    _fork_once()
-
-
-def _timed(fn: Callable[[], None]) -> float:
+def _smaps_first() -> float:
     start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
+    has_dontfork()
+    return (time.perf_counter() - start) * 1e3 + fork_ms()
 
 
 def measure(rounds: int) -> list[float]:
@@ -80,7 +43,7 @@ def measure(rounds: int) -> list[float]:
             if kind == "guarded":
                 guard("warn")
             try:
-                times[kind].append(_timed(_smaps_first if kind == "first" else _fork_once))
+                times[kind].append(_smaps_first() if kind == "first" else fork_ms())
             finally:
                 if kind == "guarded":
                     unguard()
@@ -91,10 +54,16 @@ def table(shapes: list[tuple[int, int]], rounds: int) -> list[str]:
     lines = ["| mappings | resident | plain fork | guarded | guarded / plain | smaps first | smaps first / plain |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     keep: list[mmap.mmap] = []
-    for mappings, resident in sorted(shapes):
-        _grow(mappings, resident, keep)
+    for count, resident in sorted(shapes):  # at least so many mappings, so much resident
+        grow(count, keep)
+        held = sum(len(m) for m in keep if len(m) > mmap.PAGESIZE) // MiB
+        if resident > held:
+            big = mmap.mmap(-1, (resident - held) * MiB)
+            for at in range(0, len(big), mmap.PAGESIZE):
+                big[at] = 1
+            keep.append(big)
         plain, guarded, first = measure(rounds)
-        lines.append(f"| {_mappings():,} | {resident:,} MiB | {plain:.2f} ms | {guarded:.2f} ms | "
+        lines.append(f"| {mappings():,} | {resident:,} MiB | {plain:.2f} ms | {guarded:.2f} ms | "
                      f"{guarded / plain:.2f}x | {first:.2f} ms | {first / plain:.2f}x |")
     return lines
 

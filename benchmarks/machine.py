@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from rdmaspawn import _native
@@ -20,7 +21,6 @@ OVERCOMMIT_SETTING = "/proc/sys/vm/overcommit_memory"
 # The rdmaspawn being measured. Not this file's parent's parent: from a checkout
 # (an editable install) this code runs from benchmarks/, beside the package.
 PACKAGE_DIR = Path(_native.__file__).resolve().parent.parent
-GIT_TIMEOUT_S = 10
 
 
 def _read_system_file(path: str) -> bytes:
@@ -45,15 +45,11 @@ def meminfo() -> dict[str, int]:
     return out
 
 
-# The keys under which the architectures' /proc/cpuinfo name the processor.
-_CPU_MODEL_KEYS = ("model name", "Model", "Hardware", "cpu model")
-
-
 def cpu_model() -> str | None:
-    """The processor's name from ``/proc/cpuinfo``, or None."""
+    """The processor's name from ``/proc/cpuinfo`` (its key differs by architecture), or None."""
     for line in _read_system_file("/proc/cpuinfo").split(b"\n"):
         key, _, val = line.decode("utf-8", "replace").partition(":")
-        if key.strip() in _CPU_MODEL_KEYS and val.strip():
+        if key.strip() in ("model name", "Model", "Hardware", "cpu model") and val.strip():
             return val.strip()
     return None
 
@@ -71,8 +67,6 @@ def _glibc() -> str | None:
 
 def _rdmaspawn_version() -> str:
     """The installed distribution's version (the package this benchmark is part of)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("rdmaspawn")
     except PackageNotFoundError:
@@ -82,7 +76,7 @@ def _rdmaspawn_version() -> str:
 def _git(*args: str) -> str | None:
     try:
         r = subprocess.run(["git", "-C", str(PACKAGE_DIR), *args], capture_output=True,
-                           text=True, timeout=GIT_TIMEOUT_S, check=False)
+                           text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout.strip() if r.returncode == 0 else None

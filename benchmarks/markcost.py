@@ -26,12 +26,12 @@ import sys
 from pathlib import Path
 
 from .doctable import check_page, publish, ran_on
-from .workers import Worker, take_turns
+from .workers import FORKSHAPE, Worker, take_turns
 
 # One worker: builds its shape, then answers each line on stdin with the
 # milliseconds of one fork + wait. Its first line: "ok" or why it cannot.
-WORKER = r"""
-import ctypes, mmap, os, sys, time
+WORKER = FORKSHAPE + r"""
+import ctypes, sys
 kind, n = sys.argv[1], int(sys.argv[2])
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
@@ -65,12 +65,7 @@ elif kind == "marks":
         assert libc.madvise(buf + 2 * i * page, page, 10) == 0
 print("ok", flush=True)
 for _ in sys.stdin:
-    t = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    print((time.perf_counter() - t) * 1e3, flush=True)
+    print(fork_ms(), flush=True)
 """
 
 # (label, worker kind, n, unit of the excess): n pages pinned, or n marks.

@@ -26,7 +26,6 @@ MIN_ROUNDS = 8  # a configuration is split into at least this many rounds
 ROUND_SECONDS = 0.25  # aim for batches about this long, so slow spawners interleave too
 MIN_SAMPLES = 5  # the time cap never stops a spawner below this many spawns
 FLOOR_BATCH_TIMEOUT_S = 600.0  # a floor batch that takes longer is broken
-FIRST_ESTIMATE_S = 1e-3  # seconds per spawn assumed before anything ran
 
 
 @dataclass
@@ -104,7 +103,7 @@ class Tally:
 
     batches: list[Batch] = field(default_factory=list)
     spent_s: float = 0.0
-    est_s: float | None = None  # seconds per spawn, per thread, from what ran so far
+    est_s: float = 0.0  # seconds per spawn, per thread, from what ran so far
     capped: bool = False
     error: str = ""
     done: bool = False
@@ -176,8 +175,7 @@ def measure_config(
     for s in live:
         t = tallies[s.id]
         try:
-            b = one_batch(s, 1)
-            t.est_s = max(max(b.lat_ns) / 1e9, 1e-6)
+            t.est_s = max(max(one_batch(s, 1).lat_ns) / 1e9, 1e-6)
         except Exception as e:  # noqa: BLE001 - a failing spawner is reported, not fatal
             t.error, t.done = f"{type(e).__name__}: {e}", True
 
@@ -192,13 +190,9 @@ def measure_config(
             log(f"  {label}: round {rnd}, {have} spawns so far, {len(order)} spawner(s) running")
         for s in order:
             t = tallies[s.id]
-            est = t.est_s or FIRST_ESTIMATE_S
-            per_thread = min(
-                max_per_thread_round,
-                max(1, int(ROUND_SECONDS / est)),
-                max(1, math.ceil((target - t.samples) / threads)),
-            )
-            if t.spent_s + per_thread * est > time_cap and t.samples >= MIN_SAMPLES:
+            per_thread = min(max_per_thread_round, max(1, int(ROUND_SECONDS / t.est_s)),
+                             max(1, math.ceil((target - t.samples) / threads)))
+            if t.spent_s + per_thread * t.est_s > time_cap and t.samples >= MIN_SAMPLES:
                 # The next batch would overrun the cap: stop with what we have.
                 t.capped, t.done = True, True
                 continue
@@ -217,10 +211,5 @@ def measure_config(
             elif t.spent_s >= time_cap and t.samples >= MIN_SAMPLES:
                 t.capped, t.done = True, True
 
-    results: dict[str, Figures] = {}
-    for s in spawners:
-        if s.status != OK:
-            results[s.id] = Figures(status=s.status, reason=s.reason)
-        else:
-            results[s.id] = summarize(tallies[s.id], s.in_process)
-    return results
+    return {s.id: summarize(tallies[s.id], s.in_process) if s.status == OK
+            else Figures(status=s.status, reason=s.reason) for s in spawners}

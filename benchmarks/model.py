@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 # /2 added the throughput targets, /3 the CPU ones and each batch's CPU per
 # spawn, /4 "flat" over the floor beside it (analysis.py).
 SCHEMA = "rdmaspawn-bench/4"
-READABLE_SCHEMAS = ("rdmaspawn-bench/1", "rdmaspawn-bench/2", "rdmaspawn-bench/3", SCHEMA)
+READABLE_SCHEMAS = tuple(f"rdmaspawn-bench/{n}" for n in range(1, 5))
 
 FLOOR = "floor"  # the C posix_spawn loop, in its own process
 DEFAULT_PATH = "subprocess"  # CPython's subprocess.Popen, default path

@@ -1,9 +1,6 @@
-"""Where a run writes: an explicit --out, else a new named folder it prints.
-
-The default folder is ``rdmaspawn-bench-YYYYMMDD-HHMMSS`` in the current
-directory, or under the temporary directory ($TMPDIR) when the current
-directory is ``/`` or not writable.  Nothing is ever written into ``/`` itself,
-even when asked: a benchmark's files there are always a mistake.
+"""Where a run writes: an explicit --out, else a new ``rdmaspawn-bench-YYYYMMDD-HHMMSS``
+in the current directory, or under $TMPDIR where that is ``/`` or not writable.
+Never into ``/`` itself, even when asked: a benchmark's files there are always a mistake.
 """
 
 from __future__ import annotations
@@ -22,24 +19,14 @@ class OutDirError(ValueError):
     """The output folder cannot be used; the message says why."""
 
 
-def _writable(d: Path) -> bool:
-    try:
-        return d.resolve() != ROOT and d.is_dir() and os.access(d, os.W_OK | os.X_OK)
-    except OSError:
-        return False
-
-
 def default_out_dir(cwd: Path | None, tmpdir: Path, now: datetime.datetime) -> Path:
     """The folder a run without --out writes to (not yet created)."""
-    base = cwd if cwd is not None and _writable(cwd) else tmpdir
-    return base / f"{DEFAULT_PREFIX}{now:%Y%m%d-%H%M%S}"
-
-
-def _cwd() -> Path | None:
     try:
-        return Path.cwd()
-    except OSError:  # the current directory was removed
-        return None
+        writable = cwd is not None and cwd.resolve() != ROOT and cwd.is_dir() and os.access(
+            cwd, os.W_OK | os.X_OK)
+    except OSError:
+        writable = False
+    return (cwd if writable and cwd else tmpdir) / f"{DEFAULT_PREFIX}{now:%Y%m%d-%H%M%S}"
 
 
 def make_out_dir(explicit: Path | None) -> Path:
@@ -53,7 +40,11 @@ def make_out_dir(explicit: Path | None) -> Path:
         except OSError as e:
             raise OutDirError(f"cannot create --out {explicit}: {e.strerror}") from None
         return explicit
-    first = default_out_dir(_cwd(), Path(tempfile.gettempdir()), datetime.datetime.now())
+    try:
+        cwd: Path | None = Path.cwd()
+    except OSError:  # the current directory was removed
+        cwd = None
+    first = default_out_dir(cwd, Path(tempfile.gettempdir()), datetime.datetime.now())
     # A folder of its own: a second run in the same second gets "-2".
     for k in range(1, MAX_SAME_SECOND + 1):
         path = first if k == 1 else first.with_name(f"{first.name}-{k}")

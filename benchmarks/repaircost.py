@@ -13,17 +13,9 @@ nothing is pinned, so the cost is the same and the result is safe.
 ``--doc PAGE`` writes the table between the page's repaircost markers
 (docs/how-it-works.md holds them).
 
-``--real`` and ``--vmas`` need an RDMA device (tests/realdevice/bench_vm.sh
-runs them in the soft-RoCE VM): ``repairreal.py``'s, whose ``--doc`` blocks
-are ``repaircost-real`` and ``repaircost-vmas``.
-
-    python -m rdmaspawn.bench.repaircost [--shapes 360:0,360:1,360:100,30000:0,...]
-                                         [--rounds 21] [--doc PAGE]
-    python -m rdmaspawn.bench.repaircost --real [--sizes 0,64,512,1024] [--rounds 11]
-                                         [--variants marked,repaired,unmarked,swept,loaded]
-                                         [--placement mmap|malloc|lone]
-    python -m rdmaspawn.bench.repaircost --vmas [--cycles 10000] [--large-mib 8]
-                                         [--large-every 1] [--window 16]
+``--real`` and ``--vmas`` (``repairreal.py``; ``--doc`` blocks ``repaircost-real``
+and ``repaircost-vmas``) need an RDMA device: tests/realdevice/bench_vm.sh runs
+them in the soft-RoCE VM.
 """
 from __future__ import annotations
 
@@ -34,15 +26,15 @@ from pathlib import Path
 
 from . import repairreal
 from .doctable import check_page, parse_shapes, publish, ran_on
-from .workers import Worker, take_turns
+from .workers import FORKSHAPE, Worker, take_turns
 
 DEFAULT_SHAPES = "360:0,360:1,360:100,30000:0,30000:1,30000:100"
 
 # One worker: builds its shape, then answers each line on stdin with the
 # milliseconds of one fork + wait (or, for "sweep", the repair's start).
-WORKER = r"""
-import ctypes, json, mmap, os, sys, time
-kind, mappings, registrations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+WORKER = FORKSHAPE + r"""
+import ctypes, json, sys
+kind, count, registrations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 from rdmaspawn._native import forkrepair
 from rdmaspawn._rdmaspawn_cffi import lib  # noqa: F401  (loaded before any timing)
 verbs = ctypes.CDLL("libibverbs.so.1")
@@ -51,34 +43,21 @@ assert verbs.ibv_fork_init() == 0
 if kind == "repaired":
     forkrepair.start_without_asking()
 keep = []
-def count():
-    with open("/proc/self/maps", "rb") as f:
-        return f.read().count(b"\n")
 for _ in range(registrations):
     m = mmap.mmap(-1, 65536)
     m[0] = 1
     keep.append(m)
     assert verbs.ibv_dontfork_range(ctypes.addressof(ctypes.c_char.from_buffer(m)), 65536) == 0
-while count() < mappings:  # alternating protections keep neighbours from merging
-    for i in range(min(1000, mappings - count())):
-        m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        m[0] = 1
-        keep.append(m)
-        if i % 2:
-            keep.append(mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ))
-print(json.dumps({"mappings": count()}), flush=True)
+grow(count, keep)
+print(json.dumps({"mappings": mappings()}), flush=True)
 for line in sys.stdin:
+    if kind != "sweep":
+        print(fork_ms(), flush=True)
+        continue
     start = time.perf_counter()
-    if kind == "sweep":
-        forkrepair.start_without_asking()
-    else:
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
+    forkrepair.start_without_asking()
     print((time.perf_counter() - start) * 1e3, flush=True)
-    if kind == "sweep":
-        break
+    break
 """
 
 
@@ -140,8 +119,9 @@ def main() -> None:
                                              tuple(args.variants.split(",")), args.placement)
         extra = "".join(f" --{k} {getattr(args, k)}" for k in ("sizes", "variants", "placement")
                         if getattr(args, k) != parser.get_default(k))
-        publish("repaircost-real", [repairreal.heading(rounds, extra), "", *lines], args.doc,
-                "repaircost --real --doc")
+        head = (f"{ran_on('repaircost --real', rounds, extra)}, each round one fork of each "
+                "variant in its own process, the child's VmRSS read right after fork:")
+        publish("repaircost-real", [head, "", *lines], args.doc, "repaircost --real --doc")
     else:
         rounds = args.rounds or 21
         check_page("repaircost", args.doc)

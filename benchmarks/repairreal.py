@@ -37,7 +37,6 @@ from typing import Any
 
 from rdmaspawn._host.interpreter import python_command
 
-from .doctable import ran_on
 from .numbers import log
 from .workers import Worker, take_turns
 
@@ -159,12 +158,7 @@ for line in sys.stdin:
         os.write(w, status[status.index(b"VmRSS:"):].split(b"\n", 1)[0])
         os._exit(0)
     os.close(w)
-    answer = b""
-    while True:
-        chunk = os.read(r, 256)
-        if not chunk:
-            break
-        answer += chunk
+    answer = os.read(r, 256)  # one write, under PIPE_BUF: whole
     os.waitpid(pid, 0)
     ms = (time.perf_counter() - start) * 1e3
     os.close(r)
@@ -263,11 +257,6 @@ def render(rows: list[dict[str, Any]], variants: tuple[str, ...]) -> list[str]:
     refused = {row["refused"] for row in rows if row["refused"]}
     lines += [f"\nrepair_fork() refused: {why}" for why in sorted(refused)]
     return lines
-
-
-def heading(rounds: int, extra: str) -> str:
-    return (f"{ran_on('repaircost --real', rounds, extra)}, each round one fork of each "
-            "variant in its own process, the child's VmRSS read right after fork:")
 
 
 def run_forks(sizes_mib: list[int], rounds: int, variants: tuple[str, ...] = DEFAULT_VARIANTS,

@@ -13,7 +13,6 @@ import gc
 import mmap
 import os
 import time
-from dataclasses import dataclass, field
 
 from .build import Built
 from .machine import meminfo
@@ -47,39 +46,27 @@ def resident(size: int) -> mmap.mmap | None:
     return m
 
 
-@dataclass
-class Swept:
-    results: list[ConfigResult] = field(default_factory=list)
-    measured: list[float] = field(default_factory=list)  # the sizes that ran
-    skipped: list[Skipped] = field(default_factory=list)
-
-
-def warm_up(spawners: list[Spawner], built: Built) -> None:
-    """Unrecorded: the first configuration would otherwise also pay for cold
-    caches, lazy imports and the CPU's frequency ramp."""
-    measure_config(spawners, built, 1, WARMUP_SPAWNS, WARMUP_SECONDS, "warm-up", quiet=True)
-
-
-def _no_room(mem: float) -> str | None:
-    """Why `mem` GiB cannot be made resident now, or None."""
-    mi = meminfo()
-    avail = mi.get("MemAvailable", 0)
-    margin = safety_margin(mi.get("MemTotal", 0))
-    if mem > 0 and int(mem * GiB) > avail - margin:
-        return (f"needs {fmt_gib(mem)}, MemAvailable is {avail / GiB:.1f} GiB and "
-                f"{margin / GiB:.1f} GiB stay free")
-    return None
-
-
 def sweep(spawners: list[Spawner], built: Built, mem_gib: list[float], thread_counts: list[int],
-          iterations: int, time_cap_s: float, pin: bool) -> Swept:
-    out = Swept()
+          iterations: int, time_cap_s: float, pin: bool
+          ) -> tuple[list[ConfigResult], list[float], list[Skipped]]:
+    """The results, the sizes that ran and those skipped."""
+    log("warming up ...")
+    # Unrecorded: the first configuration would otherwise also pay for cold
+    # caches, lazy imports and the CPU's frequency ramp.
+    measure_config(spawners, built, 1, WARMUP_SPAWNS, WARMUP_SECONDS, "warm-up", quiet=True)
+    results: list[ConfigResult] = []
+    measured: list[float] = []
+    skipped: list[Skipped] = []
     base_cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     total = len(mem_gib) * len(thread_counts)
-    i = 0
-    for mem in mem_gib:
+    for k, mem in enumerate(mem_gib):
         size = int(mem * GiB)
-        reason = _no_room(mem)
+        mi = meminfo()
+        avail, margin = mi.get("MemAvailable", 0), safety_margin(mi.get("MemTotal", 0))
+        reason = None
+        if mem > 0 and size > avail - margin:
+            reason = (f"needs {fmt_gib(mem)}, MemAvailable is {avail / GiB:.1f} GiB and "
+                      f"{margin / GiB:.1f} GiB stay free")
         held = None
         if reason is None:
             if size:
@@ -92,14 +79,12 @@ def sweep(spawners: list[Spawner], built: Built, mem_gib: list[float], thread_co
             touch_s = time.monotonic() - t0
         if reason is not None:
             log(f"skipping {fmt_gib(mem)}: {reason}")
-            out.skipped.append(Skipped(mem, reason))
-            i += len(thread_counts)
+            skipped.append(Skipped(mem, reason))
             continue
-        out.measured.append(mem)
+        measured.append(mem)
         try:
-            for threads in thread_counts:
-                i += 1
-                label = f"[{i}/{total}] {fmt_gib(mem)}, {threads} thread(s)"
+            for j, threads in enumerate(thread_counts):
+                label = f"[{k * len(thread_counts) + j + 1}/{total}] {fmt_gib(mem)}, {threads} thread(s)"
                 log(f"{label} ...")
                 gc.collect()
                 cpus = base_cpus[:threads] if pin and base_cpus else None
@@ -107,9 +92,8 @@ def sweep(spawners: list[Spawner], built: Built, mem_gib: list[float], thread_co
                 figures = measure_config(spawners, built, threads, iterations, time_cap_s,
                                          label, cpus)
                 log(f"{label} done in {time.monotonic() - c0:.1f} s")
-                out.results.append(ConfigResult(mem, threads, round(touch_s, 3), size, cpus,
-                                                figures))
+                results.append(ConfigResult(mem, threads, round(touch_s, 3), size, cpus, figures))
         finally:
             if held is not None:
                 held.close()
-    return out
+    return results, measured, skipped

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from rdmaspawn._host.interpreter import python_command
+
+FORKSHAPE = (Path(__file__).parent / "forkshape.py").read_text()  # a worker script's head
 
 
 class Worker:
