@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from rdmaspawn._native.engine import spawn as engine_spawn
 from rdmaspawn.dropin.popen import Popen as RdmaspawnPopen
@@ -54,33 +54,44 @@ def make_spawners(built: Built) -> list[Spawner]:
     bpath = os.fsencode(path)
     argv = [path]
 
-    def popen(what: str, cls: Any, **kw: Any) -> Callable[[], None]:
-        return lambda: _check_status(what, cls(argv, **kw).wait())
-
-    def waitpid(what: str, pid: int) -> None:
-        _check_status(what, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    def rdmaspawn_popen() -> None:
+        _check_status("rdmaspawn.Popen", RdmaspawnPopen(argv).wait())
 
     def engine() -> None:
         pid, pidfd = engine_spawn([bpath], [bpath])
         if pidfd >= 0:
             os.close(pidfd)
-        waitpid("engine", pid)
+        _, status = os.waitpid(pid, 0)
+        _check_status("engine", os.waitstatus_to_exitcode(status))
+
+    def subprocess_default() -> None:
+        _check_status("subprocess.Popen", subprocess.Popen(argv).wait())
+
+    def subprocess_patched() -> None:
+        _check_status("subprocess.Popen under patch()", PatchedPopen(argv).wait())
+
+    def subprocess_fork() -> None:
+        # preexec_fn forces fork(): that is the path this spawner measures.
+        p = subprocess.Popen(argv, preexec_fn=_preexec_noop)  # noqa: PLW1509
+        _check_status("subprocess.Popen(preexec_fn)", p.wait())
+
+    def posix_spawn() -> None:
+        pid = os.posix_spawn(path, argv, os.environ)
+        _, status = os.waitpid(pid, 0)
+        _check_status("os.posix_spawn", os.waitstatus_to_exitcode(status))
 
     floor = Spawner(FLOOR, "C loop: posix_spawn + waitpid (own process)", None, in_process=False)
     if built.floor is None:
         floor.status, floor.reason = UNAVAILABLE, built.floor_reason
     return [
-        Spawner(RDMASPAWN, "rdmaspawn.Popen(argv).wait()",
-                popen("rdmaspawn.Popen", RdmaspawnPopen)),
+        Spawner(RDMASPAWN, "rdmaspawn.Popen(argv).wait()", rdmaspawn_popen),
         Spawner(ENGINE, "rdmaspawn._native.engine.spawn + os.waitpid", engine),
         Spawner(DEFAULT_PATH, "subprocess.Popen(argv).wait() (CPython default path)",
-                popen("subprocess.Popen", subprocess.Popen)),
+                subprocess_default),
         Spawner(PATCHED, "subprocess.Popen(argv).wait() under rdmaspawn.patch()",
-                popen("subprocess.Popen under patch()", PatchedPopen)),
-        # preexec_fn forces fork(): that is the path this spawner measures.
+                subprocess_patched),
         Spawner("subprocess-fork", "subprocess.Popen(argv, preexec_fn=...) (fork)",
-                popen("subprocess.Popen(preexec_fn)", subprocess.Popen, preexec_fn=_preexec_noop)),
-        Spawner("posix_spawn", "os.posix_spawn + os.waitpid",
-                lambda: waitpid("os.posix_spawn", os.posix_spawn(path, argv, os.environ))),
+                subprocess_fork),
+        Spawner("posix_spawn", "os.posix_spawn + os.waitpid", posix_spawn),
         floor,
     ]
