@@ -150,9 +150,7 @@ def spawn_request(request: SpawnRequest) -> tuple[int, int]:
         return _spawn_request(request, None)
     if setup.umask is not None:  # the last umask set wins, and one cannot fail
         request = request._replace(umask=setup.umask)
-    ids_change = (request.uid is not None or request.gid is not None
-                  or request.groups is not None)
-    return _spawn_request(request, lambda spawn: pack.spawn_with(setup, ids_change, spawn))
+    return _spawn_request(request, pack.then(setup, request.uid, request.gid, request.groups))
 
 
 def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,

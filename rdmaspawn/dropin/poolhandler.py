@@ -15,7 +15,7 @@ from typing import Any
 
 from .._startup.onimport import when_imported
 
-__all__ = ["install", "install_when_imported", "is_installed"]
+__all__ = ["install", "install_when_imported"]
 
 _MARK = "__rdmaspawn_poolhandler__"
 _lock = threading.Lock()
@@ -89,9 +89,3 @@ import, docs/benchmark.md)."""
             return
         _requested = True
     when_imported("multiprocessing.pool", lambda _: install())
-
-
-def is_installed() -> bool:
-    from multiprocessing.pool import Pool
-
-    return bool(getattr(Pool.__init__, _MARK, False))
