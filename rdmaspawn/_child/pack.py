@@ -1,8 +1,6 @@
-"""A :class:`~rdmaspawn._child.model.ChildSetup` as ``struct rs_setup``, and the spawn with it.
-
-Everything the child reads is made in the parent; the cgroup's fds are at 3
-or above, so that installing stdin/stdout/stderr cannot clobber them.
-"""
+"""A :class:`~rdmaspawn._child.model.ChildSetup` as ``struct rs_setup``, and the
+spawn with it; the cgroup's fds are at 3 or above, which stdin/stdout/stderr
+cannot clobber."""
 from __future__ import annotations
 
 import contextlib

@@ -1,8 +1,5 @@
-"""What a tool asks about a process besides its mappings, from ``/proc/PID``:
-its capabilities, environment, command line, executable and threads, and
-which processes there are.  Read through :func:`procfs.read_proc`, which
-names the errors (no such process, not allowed).
-"""
+"""What a tool asks about a process besides its mappings, from ``/proc/PID``
+(through :func:`procfs.read_proc`, which names the errors)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """multiprocessing.Pool: a worker that cannot be started fails the job instead of hanging it.
 
 If starting a worker raises (``guard("raise")``, ``EAGAIN``), CPython's
-worker-handler thread dies and every ``map()``/``get()`` waits forever. With
-:func:`install` every waiting result raises it instead, and the pool is
-closed, through CPython's private ``Pool._maintain_pool`` and ``Pool._cache``
-(the same on 3.9-3.13).
+worker-handler thread dies and every ``map()``/``get()`` waits forever; with
+:func:`install` every waiting result raises it and the pool is closed.
 """
 from __future__ import annotations
 
