@@ -139,7 +139,7 @@ def test_parent_gone_before_prctl_takes_the_signal_at_once() -> None:
                 setup.parent_pid = parent
                 request = SpawnRequest([b"sleep", b"0.2"], [b"/bin/sleep"])
                 address = int(ffi.cast("uintptr_t", setup))
-                pid, _ = _engine._spawn_request(request, lambda spawn: spawn(address))
+                pid, _ = _engine._capi.spawn_request(request, lambda spawn: spawn(address))
             out.append(describe(os.waitpid(pid, 0)[1]))
         print(json.dumps(out))
     """, "madvise")

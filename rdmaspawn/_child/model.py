@@ -1,13 +1,11 @@
 """The child's declarative setup: what launchers use ``preexec_fn`` for, as data.
 
-A :class:`ChildSetup` is a request the engine carries out in the CLONE_VM
-child with raw system calls (``csrc/setup.c``, packed by ``_child.pack``),
-and a callable doing the same with Python calls, as a stock ``preexec_fn``.
-The order is the same on both paths; the death signal comes last, because
-the kernel clears it on a credential change. A ``preexec_fn`` does the
-cgroup, tty, limits and priorities after the id change (``user=``...), as
-CPython would; rdmaspawn.Popen's keywords (``privileged_first``) before it,
-so that a limit the new user may not set still can be.
+A :class:`ChildSetup` is carried out in the CLONE_VM child with raw system
+calls (``csrc/setup.c``), or called as a stock ``preexec_fn``, in one order;
+the death signal last, because the kernel clears it on a credential change.
+The cgroup, tty, limits and priorities come after the id change, as CPython
+would run a ``preexec_fn``; Popen's keywords' (``privileged_first``) before
+it, so that a limit the new user may not set still can be.
 """
 from __future__ import annotations
 
@@ -153,11 +151,9 @@ def ioprio_value(ioprio: tuple[int, int]) -> int:
 
 def merge(first: ChildSetup, second: ChildSetup) -> ChildSetup:
     """Both setups, ``second`` winning where both set the same thing."""
-    changes: dict[str, Any] = {}
-    for name, default in ChildSetup._field_defaults.items():
-        value = getattr(second, name)
-        if value != default:
-            changes[name] = value
+    changes: dict[str, Any] = {name: getattr(second, name) for name, default
+                               in ChildSetup._field_defaults.items()
+                               if getattr(second, name) != default}
     if first.rlimits and second.rlimits:
         mine = {res: (res, soft, hard) for res, soft, hard in first.rlimits}
         mine.update({res: (res, soft, hard) for res, soft, hard in second.rlimits})
@@ -168,12 +164,10 @@ def merge(first: ChildSetup, second: ChildSetup) -> ChildSetup:
                                   | second.default_signals)
     # One order for the privileged steps: that of the setup that has them
     # (the keywords' when both have: a known limit, see docs/preexec.md).
-    if not second.has_privileged_steps():
-        changes["privileged_first"] = first.privileged_first
-    elif first.has_privileged_steps():
-        changes["privileged_first"] = first.privileged_first or second.privileged_first
-    else:
-        changes["privileged_first"] = second.privileged_first
+    changes["privileged_first"] = (
+        first.privileged_first and (first.has_privileged_steps()
+                                    or not second.has_privileged_steps())
+        or second.privileged_first and second.has_privileged_steps())
     return first._replace(**changes)
 
 

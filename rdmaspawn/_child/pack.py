@@ -1,8 +1,6 @@
-"""A :class:`~rdmaspawn._child.model.ChildSetup` as ``struct rs_setup``, and the spawn with it.
-
-Everything the child reads is made in the parent; the cgroup's fds are at 3
-or above, so that installing stdin/stdout/stderr cannot clobber them.
-"""
+"""A :class:`~rdmaspawn._child.model.ChildSetup` as ``struct rs_setup``, and the
+spawn with it; the cgroup's fds are at 3 or above, which stdin/stdout/stderr
+cannot clobber."""
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +18,7 @@ from .spawner import run_as_process
 
 T = TypeVar("T")
 
-__all__ = ["ChildSetupError", "packed", "spawn_with"]
+__all__ = ["ChildSetupError", "packed", "then"]
 
 
 class ChildSetupError(OSError, subprocess.SubprocessError):
@@ -37,23 +35,16 @@ class ChildSetupError(OSError, subprocess.SubprocessError):
         return f"{super().__str__()} (originated from {self.step}() in the child's setup)"
 
 
-def _open_high(path: str, flags: int) -> int:
+def _open_high(path: str, flags: int, fds: list[int]) -> int:
     fd = os.open(path, flags | os.O_CLOEXEC)
     if fd < 3:
         try:
-            return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
         finally:
             os.close(fd)
+        fd = high
+    fds.append(fd)
     return fd
-
-
-def _open_cgroup(path: str, fds: list[int]) -> tuple[int, int]:
-    """The cgroup directory (for CLONE_INTO_CGROUP) and its cgroup.procs."""
-    directory = _open_high(path, os.O_RDONLY | os.O_DIRECTORY)
-    fds.append(directory)
-    procs = _open_high(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
-    fds.append(procs)
-    return directory, procs
 
 
 @contextlib.contextmanager
@@ -76,8 +67,10 @@ def packed(setup: ChildSetup, ids_change: bool = False) -> Iterator[Any]:
             procs_path = ffi.new("char[]", os.fsencode(os.path.join(setup.cgroup,
                                                                     "cgroup.procs")))
             s.cgroup_procs_path = procs_path
-        elif setup.cgroup is not None:
-            s.cgroup_fd, s.cgroup_procs_fd = _open_cgroup(setup.cgroup, fds)
+        elif setup.cgroup is not None:  # the directory is for CLONE_INTO_CGROUP
+            s.cgroup_fd = _open_high(setup.cgroup, os.O_RDONLY | os.O_DIRECTORY, fds)
+            s.cgroup_procs_fd = _open_high(os.path.join(setup.cgroup, "cgroup.procs"),
+                                           os.O_WRONLY, fds)
         s.early_after_ids = int(not setup.privileged_first)
         s.ctty_fd = -1 if setup.ctty is None else setup.ctty
         limits = ffi.new("struct rs_rlimit[]", [list(item) for item in setup.rlimits])
@@ -122,11 +115,19 @@ def _dispose(spawned: Any) -> None:
         os.close(pidfd)
 
 
-def spawn_with(setup: ChildSetup, ids_change: bool, spawn: Callable[[int], T]) -> T:
-    """``spawn(address)``, the C converter's spawn of a request it has
-    converted, with ``setup`` packed at ``address``. The caller makes the
-    setup's umask the request's; the setup's session and group come after the
-    request's, as CPython calls preexec_fn after start_new_session=."""
+def then(setup: ChildSetup, uid: object, gid: object, groups: object,
+         no_id: tuple[object, ...] = (None,)) -> Callable[[Callable[[int], T]], T]:
+    """The C converter's ``then`` for a request it has converted:
+    ``then(spawn)`` calls ``spawn(address)`` with ``setup`` packed at
+    ``address``, a preexec_fn's cgroup joined as the new ids where ``uid`` or
+    ``gid`` (not in ``no_id``) or ``groups`` changes them. The caller makes
+    the setup's umask the request's; the setup's session and group come after
+    the request's, as CPython calls preexec_fn after start_new_session=."""
+    ids_change = uid not in no_id or gid not in no_id or groups is not None
+    return lambda spawn: _spawn_with(setup, ids_change, spawn)
+
+
+def _spawn_with(setup: ChildSetup, ids_change: bool, spawn: Callable[[int], T]) -> T:
     if (setup.pdeathsig is not None and setup.signal_mask is None
             and threading.current_thread() is not threading.main_thread()):
         # The spawner thread's mask is not the caller's: send the caller's.

@@ -1,10 +1,5 @@
-"""``preexec_fn`` without fork: which values have a declarative equivalent.
-
-:func:`as_setup` finds the values whose whole effect a
-:class:`~rdmaspawn._child.model.ChildSetup` carries out in the CLONE_VM
-child: ``rdmaspawn.preexec`` values and their chains, ``os.setsid``,
-``os.setpgrp`` (``_PLAIN``), and the ``functools.partial`` forms in
-``_from_partial`` (docs/preexec.md). Anything else still needs fork.
+"""``preexec_fn`` without fork: which values have a declarative equivalent
+(:func:`as_setup`; docs/preexec.md lists them). Anything else still needs fork.
 """
 from __future__ import annotations
 

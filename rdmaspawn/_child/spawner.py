@@ -1,9 +1,5 @@
-"""One long-lived thread that starts the children that ask for a death signal.
-
-The kernel sends PR_SET_PDEATHSIG's signal when the *thread* that created
-the child exits (prctl(2)), so a child started from a worker thread that
-ends would be killed while its parent lives on.
-"""
+"""One long-lived thread that starts the children that ask for a death signal:
+the kernel sends it when the *thread* that created the child exits (prctl(2))."""
 from __future__ import annotations
 
 import os

@@ -8,11 +8,10 @@ set against the threads of the processes seen.
 
 from __future__ import annotations
 
-import errno
 import os
 from typing import NamedTuple
 
-from .procfs import read_proc
+from .procfs import read_proc, status_field
 
 __all__ = ["Hidden", "find_hidden", "hidepid", "is_hidden"]
 
@@ -59,10 +58,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True  # someone else's: alive
-    except OSError as e:
-        return e.errno != errno.ESRCH
+    except OSError:
+        return True  # someone else's (EPERM): alive
     return True
 
 
@@ -91,10 +88,7 @@ def _threads_of(pids: list[int]) -> int:
     total = 0
     for pid in pids:
         try:
-            for line in read_proc(pid, "status").split(b"\n"):
-                if line.startswith(b"Threads:"):
-                    total += int(line.split()[1])
-                    break
+            total += int(status_field(pid, b"Threads") or 0)
         except (OSError, ValueError, IndexError):
             total += 1
     return total

@@ -1,10 +1,8 @@
 """Start a helper interpreter that imports this very rdmaspawn, wherever it runs.
 
-``python -c`` puts the current directory first on ``sys.path``; a directory
-that holds another ``rdmaspawn`` (a source tree without its build, an older
-copy) would then win over the one that started the helper. The helper's
-first line drops that entry and puts this package's ``sys.path`` entry in
-front, so the tools behave the same from a checkout's root as from ``/``.
+``python -c`` puts the current directory first on ``sys.path``, where another
+``rdmaspawn`` (a source tree without its build) would win: the helper's first
+line puts this package's ``sys.path`` entry in front instead.
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""What a tool asks about a process besides its mappings, from ``/proc/PID``:
-its capabilities, environment, command line, executable and threads, and
-which processes there are.  Read through :func:`procfs.read_proc`, which
-names the errors (no such process, not allowed).
-"""
+"""What a tool asks about a process besides its mappings, from ``/proc/PID``
+(through :func:`procfs.read_proc`, which names the errors)."""
 
 from __future__ import annotations
 
 import os
 
-from .procfs import Pid, proc_path, read_proc
+from .procfs import Pid, proc_path, read_proc, status_field
 
 __all__ = [
     "CAP_SYS_PTRACE",
@@ -31,13 +28,10 @@ def has_capability(cap: int, pid: Pid = "self") -> bool | None:
     """Whether ``cap`` is in the process's effective set (``CapEff:`` of
     ``/proc/PID/status``); None when that cannot be read."""
     try:
-        data = read_proc(pid, "status")
+        value = status_field(pid, b"CapEff")
     except OSError:
         return None
-    for line in data.split(b"\n"):
-        if line.startswith(b"CapEff:"):
-            return bool(int(line.split()[1], 16) >> cap & 1)
-    return None
+    return None if value is None else bool(int(value, 16) >> cap & 1)
 
 
 # -- the rest a tool asks about a process ------------------------------------------

@@ -30,11 +30,11 @@ __all__ = [
     "mapping_at",
     "max_map_count",
     "parse_maps",
-    "parse_smaps",
     "proc_path",
     "read_maps",
     "read_proc",
     "read_smaps",
+    "status_field",
 ]
 
 Pid = Union[int, str]
@@ -144,6 +144,14 @@ def read_proc(pid: Pid, name: str) -> bytes:
         raise NoSuchProcessError(errno.ESRCH, f"process {pid} exited", path) from None
 
 
+def status_field(pid: Pid, name: bytes) -> bytes | None:
+    """The first word after ``name:`` in ``/proc/PID/status``, None where it has none."""
+    for line in read_proc(pid, "status").split(b"\n"):
+        if line.startswith(name + b":"):
+            return line.split()[1]
+    return None
+
+
 def read_smaps(pid: Pid = "self") -> bytes:
     """The raw bytes of ``/proc/PID/smaps`` (see :func:`read_proc` for the errors)."""
     return read_proc(pid, "smaps")
@@ -226,14 +234,9 @@ def _parse_block(block: bytes) -> Mapping | None:
     return header._replace(vmflags=flags, rss_kb=rss)
 
 
-def parse_smaps(data: bytes) -> list[Mapping]:
-    """Every mapping in the given ``smaps`` text, in address order."""
-    return [m for m in map(_parse_block, _entries(data)) if m is not None]
-
-
 def all_mappings(pid: Pid = "self") -> list[Mapping]:
     """Every mapping of the process, in address order."""
-    return parse_smaps(read_smaps(pid))
+    return [m for m in map(_parse_block, _entries(read_smaps(pid))) if m is not None]
 
 
 def dontfork_mappings(pid: Pid = "self", *, devices: bool = True) -> list[Mapping]:

@@ -38,17 +38,15 @@ sigint_take: Callable[[], int] = _c.sigint_take
 sigint_release: Callable[[], int] = _c.sigint_release
 sigint_set_main: Callable[[int], None] = _c.sigint_set_main
 sigint_owner: Callable[[], bool] = _c.sigint_owner
-#: The C fork_exec's parameter names, in the order fork_exec_new wants their
-#: positions (the names of dropin.cpython.ForkExecCall).
+#: csrc/python/fork_exec.c: its parameter names, in the order of the positions
+#: fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report,
+#: first_memory_fd) wants; fork_exec_setup(fork_exec, args, then) is that
+#: object's call without its preexec_fn, converted, then spawned by
+#: then(spawn), which packs the struct rs_setup (pack.then).
 fork_exec_params: Callable[[], tuple[str, ...]] = _c.fork_exec_params
-#: ``fork_exec_new(wrapped, slow, positions, wording, chdir_tag, report,
-#: first_memory_fd)``: csrc/python/fork_exec.c's fork_exec object.
 fork_exec_new: Callable[[Any, Any, tuple[int, ...], tuple[str, ...], bytes,
                          Callable[[int, bytes], object], int],
                         Callable[..., int]] = _c.fork_exec_new
-#: ``fork_exec_setup(fork_exec, args, then)``: that object's call without its
-#: preexec_fn, converted, then spawned by ``then(spawn)``, which packs the
-#: ``struct rs_setup`` and calls ``spawn(address)`` once (pack.spawn_with).
 fork_exec_setup: Callable[[Any, tuple[Any, ...], Callable[[Callable[[int], int]], int]],
                           int] = _c.fork_exec_setup
 #: ``spawn_posix(args[, conversion])``: ``Popen._posix_spawn``'s positional call
@@ -56,27 +54,21 @@ fork_exec_setup: Callable[[Any, tuple[Any, ...], Callable[[Callable[[int], int]]
 #: ``conversion`` (``PosixSpawn.conversion``) is kept for the calls without
 #: one (NotImplemented: none yet, or a call of another count).
 spawn_posix: Callable[..., Any] = _c.spawn_posix
-#: SpawnRequest's field names in the order spawn_request reads them
-#: (csrc/python/convert.c).
+#: csrc/python/convert.c: SpawnRequest's field names in the order it reads
+#: them; spawn_request(request, then) spawns it as fork_exec_setup does (then
+#: None: at once); set_spawn_error(make) is how a failure's exception is made.
 spawn_request_fields: Callable[[], tuple[str, ...]] = _c.spawn_request_fields
-#: ``spawn_request(request, then)``: csrc/python/convert.c, a SpawnRequest
-#: converted, then spawned by ``then(spawn)`` as fork_exec_setup's (None: at
-#: once): ``(pid, pidfd)``, or its SpawnError raised.
 spawn_request: Callable[[tuple[Any, ...],
                          Callable[[Callable[[int], tuple[int, int]]], tuple[int, int]] | None],
                         tuple[int, int]] = _c.spawn_request
-#: ``set_spawn_error(make)``: the function that makes a failed spawn's
-#: exception for the C side (engine._spawn_error).
 set_spawn_error: Callable[[Callable[..., BaseException]], None] = _c.set_spawn_error
-#: csrc/python/popen_init.c: ``popen_init_new(base, popen, prepare, layout,
-#: getsignal, raise_signal)``, the body of rdmaspawn.Popen's ``__init__``, and
-#: ``popen_init_method(body, face, setup_keywords)``, the method (dropin/popen.py).
+#: csrc/python/popen_init.c: rdmaspawn.Popen.__init__'s body, and the method
+#: (dropin/popen.py).
 popen_init_new: Callable[..., Any] = _c.popen_init_new
 popen_init_method: Callable[..., Any] = _c.popen_init_method
-#: ``errpipe_calls(pipes, os, first_fd, guard_mark)``: csrc/python/errpipe.c,
-#: the (pipe, read, close) of dropin.errpipe's pipes.
+#: csrc/python/errpipe.c: the (pipe, read, close) of dropin.errpipe's pipes.
 errpipe_calls: Callable[[dict[int, Any], Any, int, str], Any] = _c.errpipe_calls
-#: ``held_fork(fork, decide, unheld)``: csrc/python/heldfork.c, ``fork()``
-#: with its child held while ``decide(pid, pages_left_out)`` may refuse.
+#: csrc/python/heldfork.c: fork() with its child held while decide(pid,
+#: pages_left_out) may refuse.
 held_fork: Callable[[Callable[[], Any], Callable[[int, int], object], Callable[[], object]], Any] = \
     _c.held_fork

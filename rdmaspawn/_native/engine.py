@@ -137,22 +137,15 @@ def spawn(
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
 
 
-#: csrc/python/convert.c: ``(request, then)`` -> ``(pid, pidfd)``.
-_spawn_request = _capi.spawn_request
-
-
 def spawn_request(request: SpawnRequest) -> tuple[int, int]:
     """Start the child ``request`` describes, as :func:`spawn`; its setup is
     packed once the request is converted, so that a bad argument is raised
     first, as CPython raises it before any preexec_fn runs."""
     setup = request.setup
-    if setup is None:
-        return _spawn_request(request, None)
-    if setup.umask is not None:  # the last umask set wins, and one cannot fail
+    if setup is not None and setup.umask is not None:  # the last set wins; it cannot fail
         request = request._replace(umask=setup.umask)
-    ids_change = (request.uid is not None or request.gid is not None
-                  or request.groups is not None)
-    return _spawn_request(request, lambda spawn: pack.spawn_with(setup, ids_change, spawn))
+    return _capi.spawn_request(request, None if setup is None else pack.then(
+        setup, request.uid, request.gid, request.groups))
 
 
 def _spawn_error(err: int, step: int, pid: int, exec_index: int, flags: int, cwd: object,

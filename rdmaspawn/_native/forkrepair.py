@@ -1,10 +1,5 @@
-"""The fork repair: keep libibverbs' MADV_DONTFORK marks off the pages a fork() child needs.
-
-Where the kernel copies DMA-pinned pages into a fork() child (and says so),
-:func:`repair_fork` has ``csrc/forkrepair.c`` mark only the pages wholly
-inside each registration, so fork() works again; elsewhere it refuses in one
-line (docs/how-it-works.md).
-"""
+"""The fork repair: keep libibverbs' MADV_DONTFORK marks off the pages a fork()
+child needs, where the kernel copies DMA-pinned pages into it (docs/how-it-works.md)."""
 from __future__ import annotations
 
 import os

@@ -1,8 +1,2 @@
-"""What runs when an interpreter or the package starts.
-
-``sourcetree`` refuses a checkout without its compiled core (the package's
-first import); ``switch`` parses ``RDMASPAWN``; ``autostart`` applies it from
-the ``rdmaspawn-autostart.pth`` hook, deferring through ``onimport`` what
-waits for a module's import. Kept empty: the hook's import passes through
-here.
-"""
+"""What runs when an interpreter or the package starts (DEVELOPERS.md maps the
+modules). Kept empty: the hook's import passes through here."""

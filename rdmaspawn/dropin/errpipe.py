@@ -1,17 +1,13 @@
-"""The error pipe of ``Popen._execute_child``, kept in memory.
+"""The error pipe of ``Popen._execute_child``, kept in memory: its four system
+calls are a large share of a spawn (docs/benchmark.md), and the engine's child
+reports through shared memory instead (``dropin/execute_child.py`` makes the
+method call :data:`CALLS`; ``fork_exec`` hands a failed child's report to
+:func:`write`).
 
-A child that fails before ``execve`` writes what failed into CPython's error
-pipe; its four system calls are a large share of a spawn (docs/benchmark.md),
-and the engine's child reports through shared memory instead. So
-``_execute_child`` is recompiled (``dropin/execute_child.py``) to call
-:data:`CALLS` for that pipe, and ``fork_exec`` hands a failed child's report
-to :func:`write`; a call of any other ``fork_exec`` gets a real pipe.
-
-Each pipe here is a pair of numbers at or above :data:`FIRST_FD`, which Linux
+A pipe here is a pair of numbers at or above :data:`FIRST_FD`, which Linux
 gives no descriptor unless ``fs.nr_open`` and ``RLIMIT_NOFILE`` were raised
-past 2**30; a lower number is a real descriptor, passed to ``os``. CPython's
-own ``fork_exec`` gets a real pipe (:func:`call_with_real_pipe`), and no
-child is given one of these numbers.
+past 2**30; a lower number is a real descriptor. Any ``fork_exec`` not ours
+gets a real pipe (:func:`call_with_real_pipe`): no child is given these numbers.
 """
 from __future__ import annotations
 

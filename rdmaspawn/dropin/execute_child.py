@@ -1,11 +1,10 @@
 """``Popen._execute_child``: CPython's own, with its error pipe in memory.
 
-The method compiled again from this CPython's ``Lib/subprocess.py`` with the
-error pipe's calls made ``dropin/errpipe.py``'s ``CALLS``; every other line,
-line numbers included, is CPython's. Only where certain (the source compiles
-to the method's own code, and ``cpython.errpipe_calls()`` passes); else the
-method stays CPython's, with a real pipe. Done at the first spawn, never at
-import (milliseconds).
+Compiled again from this CPython's ``Lib/subprocess.py`` with the error
+pipe's calls made ``dropin/errpipe.py``'s ``CALLS``, every other line (line
+numbers included) CPython's; only where the source compiles to the method's
+own code and ``cpython.errpipe_calls()`` passes. Done at the first spawn,
+never at import (milliseconds).
 """
 from __future__ import annotations
 

@@ -95,11 +95,9 @@ def _preexec_fn(owner: Any, *args: Any) -> int:
         return owner.__wrapped__(*args)  # type: ignore[no-any-return]
     if setup.umask is not None:  # the last umask set wins, and one cannot fail
         args = _cpython.replace_fork_exec(args, child_umask=setup.umask)
-    ids_change = (call.uid not in (None, -1) or call.gid not in (None, -1)
-                  or call.extra_groups is not None)
     try:
-        return _capi.fork_exec_setup(owner, args,
-                                     lambda spawn: pack.spawn_with(setup, ids_change, spawn))
+        return _capi.fork_exec_setup(owner, args, pack.then(setup, call.uid, call.gid,
+                                                            call.extra_groups, (None, -1)))
     except ChildSetupError as err:
         # Raised here, as a failed fork() is: the caller closes the pipes.
         if err.pid is not None:

@@ -1,15 +1,12 @@
 """Hold SIGINT back while ``rdmaspawn.Popen`` starts a child.
 
-A KeyboardInterrupt between the engine's return and ``self.pid = ...`` loses
-the pid, and between ``_get_handles()`` and the pipes' file objects loses fds.
-So while a Popen is built, SIGINT only counts (csrc/python/sigint.c swaps the
-kernel's action); once it is complete, the program's handler runs for what
-arrived, and if it raises, the child is killed and reaped and its pipes closed
-(``Popen._discard``). Whether a hold is on is the C side's word, never a value
-an exception could lose. Blocking SIGINT would hold nothing with other threads,
-and only the main thread runs Python's handlers: elsewhere nothing is held. A
-fork() child's ``preexec_fn`` may run for ever: the hold ends before the wait
-for it (:func:`lift`).
+A KeyboardInterrupt inside Popen loses the pid or the pipes' fds. So while a
+Popen is built SIGINT only counts (csrc/python/sigint.c); once it is complete
+the program's handler runs for what arrived, and if it raises, the child is
+killed and reaped and its pipes closed (``Popen._discard``). Blocking SIGINT
+would hold nothing with other threads, and only the main thread runs Python's
+handlers: elsewhere nothing is held. A fork() child's ``preexec_fn`` may run
+for ever: the hold ends before the wait for it (:func:`lift`).
 """
 from __future__ import annotations
 
@@ -40,16 +37,12 @@ def _set_main(ident: int) -> None:
     _capi.sigint_set_main(ident)
 
 
-def _forked() -> None:
-    _set_main(_get_ident())
-
-
 # The thread that runs Python's signal handlers, told to sigint.c once (its
 # owner() asks on every Popen) and kept here for lift(): threading.main_thread()'s
 # ident; after os.fork() the thread that forked, for CPython and for threading alike.
 _main_ident = threading.main_thread().ident or _get_ident()
 _set_main(_main_ident)
-os.register_at_fork(after_in_child=_forked)
+os.register_at_fork(after_in_child=lambda: _set_main(_get_ident()))
 
 
 #: Whether the caller may hold SIGINT back, and so must release it: the main

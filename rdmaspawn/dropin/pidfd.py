@@ -2,12 +2,10 @@
 
 CPython's ``send_signal`` polls, then ``os.kill(self.pid)``: a reap in
 between lets the signal hit whoever got the pid; a pidfd fails with ESRCH.
-It is opened when first needed (most Popens are only waited for, and one per
-spawn would cost kernel work, docs/benchmark.md), from the pid, so it is kept
-only where ``waitid(P_PIDFD, WNOWAIT)`` finds a child of this process: a
-stranger that took the pid gets no signal. It is O_CLOEXEC, closed at the
-reap under a lock (so a concurrent ``send_signal`` never uses a reused fd
-number) or with the Popen. Without ``pidfd_open``, Popen does as CPython's.
+Opened when first needed (one per spawn would cost kernel work), and kept
+only where ``waitid(P_PIDFD, WNOWAIT)`` finds a child of this process; closed
+at the reap under a lock, so a concurrent ``send_signal`` never uses a reused
+fd number. Without ``pidfd_open``, Popen does as CPython's.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """multiprocessing.Pool: a worker that cannot be started fails the job instead of hanging it.
 
 If starting a worker raises (``guard("raise")``, ``EAGAIN``), CPython's
-worker-handler thread dies and every ``map()``/``get()`` waits forever. With
-:func:`install` every waiting result raises it instead, and the pool is
-closed, through CPython's private ``Pool._maintain_pool`` and ``Pool._cache``
-(the same on 3.9-3.13).
+worker-handler thread dies and every ``map()``/``get()`` waits forever; with
+:func:`install` every waiting result raises it and the pool is closed.
 """
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from typing import Any
 
 from .._startup.onimport import when_imported
 
-__all__ = ["install", "install_when_imported", "is_installed"]
+__all__ = ["install", "install_when_imported"]
 
 _MARK = "__rdmaspawn_poolhandler__"
 _lock = threading.Lock()
@@ -89,9 +87,3 @@ import, docs/benchmark.md)."""
             return
         _requested = True
     when_imported("multiprocessing.pool", lambda _: install())
-
-
-def is_installed() -> bool:
-    from multiprocessing.pool import Pool
-
-    return bool(getattr(Pool.__init__, _MARK, False))

@@ -59,8 +59,7 @@ _NS.update(zip(_execute_child.NAMES, _errpipe.CALLS))
 
 class _FdRecorder:
     """``os`` for CPython's ``_get_handles`` (< 3.11): remembers the fds it
-    makes (pipes, /dev/null), with the file each one is, so that a later
-    cleanup closes only fds that still are that file."""
+    makes, with the file each one is (see :func:`_close_if_still`)."""
 
     _local = threading.local()
 
@@ -94,8 +93,7 @@ class _FdRecorder:
 
 
 def _close_if_still(made: list[tuple[int, tuple[int, int]]]) -> None:
-    """Close each fd that is still the file it was when made (not one that
-    was closed since and reused, perhaps by another thread)."""
+    """Close each fd that is still the file it was when made (not a reused number)."""
     for fd, ident in made:
         try:
             st = os.fstat(fd)
@@ -183,10 +181,9 @@ class Popen(_pidfd.PidfdMixin, subprocess.Popen):  # type: ignore[type-arg]
     _posix_spawn = _posixspawn.posix_spawn_method
 
     def _wait(self, timeout: float | None) -> int | None:
-        # On every Popen: CPython's _wait called directly (a super() object
-        # costs more than the rest of the call), where the mixin's has nothing to
-        # do: no timeout, no pidfd kept by this process yet, and no class of
-        # a subclass's between this one and CPython's in the MRO.
+        # CPython's called directly (a super() object costs more than the rest
+        # of the call) where the mixin's has nothing to do and no subclass's is
+        # in between.
         if timeout is None and not _pidfd.any_opened and type(self) is Popen:
             returncode: int | None = _CPYTHON_POPEN._wait(self, None)  # type: ignore[attr-defined]
             if _pidfd.any_opened:  # another thread opened one meanwhile
@@ -231,11 +228,10 @@ def _execute_child_method() -> Callable[..., None]:
 Popen.__module__ = "rdmaspawn"
 _NS["Popen"] = Popen
 
-# The SIGINT hold as Python frames would cost more than the hold, on every
-# Popen: __init__ is a C method (csrc/python/popen_init.c) that takes the
-# plain call itself and hands any other, and introspection, to its face: a
-# function made here from CPython's parameters (its code object: start-up
-# has no inspect) plus the setup keywords, calling the C body.
+# The SIGINT hold as Python frames would cost more than the hold: __init__ is
+# a C method (csrc/python/popen_init.c) whose face, for any other call and
+# introspection, is made here from CPython's parameters (its code object:
+# start-up has no inspect) plus the setup keywords.
 _CPYTHON_INIT = subprocess.Popen.__init__
 _NO_DEFAULT = object()  # a parameter without one: always passed on
 

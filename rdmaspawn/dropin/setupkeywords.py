@@ -1,9 +1,6 @@
-"""``rdmaspawn.Popen``'s own keyword arguments, folded into ``preexec_fn``.
-
-``nice=``, ``pdeathsig=``, ``rlimits=``, ... each set one field of a
-:class:`~rdmaspawn._child.model.ChildSetup`. ``Popen`` passes them on as a
-``preexec_fn`` value that ``fork_exec`` recognises, so that CPython's own
-``_execute_child`` carries them to the spawn unchanged.
+"""``rdmaspawn.Popen``'s own keyword arguments (``nice=``, ``pdeathsig=``, ...),
+passed on as a ``preexec_fn`` value that ``fork_exec`` recognises, so that
+CPython's own ``_execute_child`` carries them to the spawn unchanged.
 """
 from __future__ import annotations
 

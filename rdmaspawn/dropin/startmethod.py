@@ -1,10 +1,8 @@
 """multiprocessing without fork: a default start method; the contexts get_context() makes.
 
-A fork child of a process holding MADV_DONTFORK memory dies, and ``patch()``
-cannot help when the fork is the start method. :func:`prefer_start_method`
-changes the *default*, as 3.14 does, without choosing for the program,
-through CPython's private ``multiprocessing.context._default_context``
-(``_default_context``, and ``_actual_context``: None until one was chosen or used).
+``patch()`` cannot help a fork child when fork is the start method:
+:func:`prefer_start_method` changes the *default*, as 3.14 does, without
+choosing for the program (through ``multiprocessing.context``'s private names).
 """
 from __future__ import annotations
 
