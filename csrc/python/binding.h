@@ -14,6 +14,7 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 
 /* SIGINT held back while rdmaspawn.Popen builds a child (sigint.c): held
  * says whether a hold is on; hold swaps in a handler that counts (1: held;
@@ -48,6 +49,19 @@ static inline PyObject *none(void)
     return Py_None;
 }
 
+/* exc raised with format's message (PyErr_Format's): NULL, for any pointer's return. */
+static inline void *rs_fail(PyObject *exc, const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyErr_FormatV(exc, format, va);
+    va_end(va);
+    return NULL;
+}
+
+/* rs_fail()'s exception raised: 0, for a function that returns 0 on failure. */
+#define rs_refuse(...) (rs_fail(__VA_ARGS__), 0)
+
 /* tp_dealloc of a heap type with GC: its own tp_clear, then the free. */
 static inline void rs_gc_dealloc(PyObject *op)
 {
@@ -78,9 +92,9 @@ PyObject *rs_set_spawn_error(PyObject *module, PyObject *make);
 struct rs_result;
 PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject *cwd,
                                PyObject *exec_list);
-/* n names as a new tuple of str: a C parameter list the binding compares
- * with its own. */
-PyObject *rs_names_tuple(const char *const *names, int n);
+/* Names separated by spaces as a new tuple of str: a C parameter list the
+ * binding compares with its own. */
+PyObject *rs_names_tuple(const char *names);
 
 /* popen_init.c: */
 PyObject *rs_popen_init_new(PyObject *module, PyObject *args);

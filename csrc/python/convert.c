@@ -121,10 +121,8 @@ static PyObject *deferred_spawn(PyObject *capsule, PyObject *address)
     void *setup = PyLong_AsVoidPtr(address);
     if (!setup && PyErr_Occurred())
         return NULL;
-    if (!d || !d->c) {
-        PyErr_SetString(PyExc_RuntimeError, "rdmaspawn: a request is spawned once, in then()");
-        return NULL;
-    }
+    if (!d || !d->c)
+        return rs_fail(PyExc_RuntimeError, "rdmaspawn: a request is spawned once, in then()");
     struct rs_conv *c = d->c;
     d->c = NULL;
     c->setup = setup;
@@ -156,6 +154,21 @@ PyObject *rs_conv_then(struct rs_conv *c, PyObject *then,
 static PyObject *type_name(PyObject *o)
 {
     return PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+}
+
+/* TypeError("<format's message>, not <type(o).__name__>"): 0. */
+static int refuse_type(PyObject *o, const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyObject *head = PyUnicode_FromFormatV(format, va);
+    va_end(va);
+    PyObject *name = head ? type_name(o) : NULL;
+    if (name)
+        PyErr_Format(PyExc_TypeError, "%U, not %U", head, name);
+    Py_XDECREF(name);
+    Py_XDECREF(head);
+    return 0;
 }
 
 int rs_raise_formatted(PyObject *exc, PyObject *template, PyObject *kwargs, PyObject *arg)
@@ -190,10 +203,8 @@ static int c_int(PyObject *o, PyObject *w, int *out)
             return 1;
         }
     }
-    if (PyFloat_Check(o) && !is_empty(PyTuple_GetItem(w, W_FLOAT))) {
-        PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(w, W_FLOAT));
-        return 0;
-    }
+    if (PyFloat_Check(o) && !is_empty(PyTuple_GetItem(w, W_FLOAT)))
+        return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_FLOAT));
     if (!PyIndex_Check(o) && !is_empty(PyTuple_GetItem(w, W_NO_INDEX))) {
         PyObject *name = type_name(o);
         if (name)
@@ -214,8 +225,7 @@ static int c_int(PyObject *o, PyObject *w, int *out)
     enum rs_wording which = W_INT_RANGE;
     if (is_empty(PyTuple_GetItem(w, W_INT_RANGE)))
         which = overflow ? W_LONG_RANGE : v > 0 ? W_INT_GREATER : W_INT_LESS;
-    PyErr_SetObject(PyExc_OverflowError, PyTuple_GetItem(w, which));
-    return 0;
+    return rs_refuse(PyExc_OverflowError, "%U", PyTuple_GetItem(w, which));
 }
 
 /* A uid or gid as _Py_Uid_Converter / _Py_Gid_Converter take it; -1 (also
@@ -228,12 +238,8 @@ static int id_value(PyObject *o, const char *what, long long *out)
     if (!PyFloat_Check(o))
         index = PyNumber_Index(o);
     if (!index) {
-        PyObject *name = type_name(o);
         PyErr_Clear();
-        if (name)
-            PyErr_Format(PyExc_TypeError, "%s should be integer, not %U", what, name);
-        Py_XDECREF(name);
-        return 0;
+        return refuse_type(o, "%s should be integer", what);
     }
     long v = PyLong_AsLongAndOverflow(index, &overflow);
     Py_DECREF(index);
@@ -249,29 +255,21 @@ static int id_value(PyObject *o, const char *what, long long *out)
     }
     /* Beyond a C long: no uid_t either. Within one but not a uid_t: the
      * truncation check shares the negative case's label. */
-    PyErr_Format(PyExc_OverflowError, overflow > 0 ? "%s is greater than maximum"
-                                                   : "%s is less than minimum", what);
-    return 0;
+    return rs_refuse(PyExc_OverflowError, overflow > 0 ? "%s is greater than maximum"
+                                                    : "%s is less than minimum", what);
 }
 
 /* An fd or number of the engine's own request: an int (not a bool) that fits a C int. */
 static int engine_int(PyObject *o, const char *what, int *out)
 {
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyObject *name = type_name(o);
-        if (name)
-            PyErr_Format(PyExc_TypeError, "%s must be an int, not %U", what, name);
-        Py_XDECREF(name);
-        return 0;
-    }
+    if (!PyLong_Check(o) || PyBool_Check(o))
+        return refuse_type(o, "%s must be an int", what);
     int overflow;
     long v = PyLong_AsLongAndOverflow(o, &overflow);
     if (v == -1 && PyErr_Occurred())
         return 0;
-    if (overflow || v < INT_MIN || v > INT_MAX) {
-        PyErr_Format(PyExc_OverflowError, "%s out of range for a C int: %S", what, o);
-        return 0;
-    }
+    if (overflow || v < INT_MIN || v > INT_MAX)
+        return rs_refuse(PyExc_OverflowError, "%s out of range for a C int: %S", what, o);
     *out = (int)v;
     return 1;
 }
@@ -368,10 +366,8 @@ static int fds_to_keep(struct rs_conv *c, PyObject *keep_tuple, int errpipe_writ
         PyObject *item = PyTuple_GetItem(keep_tuple, i);
         int overflow = 0;
         long fd = PyLong_Check(item) ? PyLong_AsLongAndOverflow(item, &overflow) : -1;
-        if (fd < 0 || overflow || fd <= prev || fd > INT_MAX) {
-            PyErr_SetString(PyExc_ValueError, "bad value(s) in fds_to_keep");
-            return 0;
-        }
+        if (fd < 0 || overflow || fd <= prev || fd > INT_MAX)
+            return rs_refuse(PyExc_ValueError, "bad value(s) in fds_to_keep");
         prev = fd;
         /* The error pipe stays with the parent: the child reports through
          * shared memory, and the caller writes the pipe. */
@@ -387,15 +383,11 @@ static int fds_to_keep(struct rs_conv *c, PyObject *keep_tuple, int errpipe_writ
  * which refuses it in the child (EINVAL), as with CPython. */
 static int extra_groups(struct rs_conv *c, PyObject *groups, PyObject *w)
 {
-    if (!PyList_Check(groups)) {
-        PyErr_SetString(PyExc_TypeError, "setgroups argument must be a list");
-        return 0;
-    }
+    if (!PyList_Check(groups))
+        return rs_refuse(PyExc_TypeError, "setgroups argument must be a list");
     Py_ssize_t n = PyList_Size(groups);
-    if (n > MAX_GROUPS) {
-        PyErr_SetObject(PyExc_ValueError, PyTuple_GetItem(w, W_TOO_MANY_GROUPS));
-        return 0;
-    }
+    if (n > MAX_GROUPS)
+        return rs_refuse(PyExc_ValueError, "%U", PyTuple_GetItem(w, W_TOO_MANY_GROUPS));
     unsigned int *out = alloc(c, (size_t)n * sizeof(unsigned int) + 1);
     if (!out)
         return 0;
@@ -403,14 +395,11 @@ static int extra_groups(struct rs_conv *c, PyObject *groups, PyObject *w)
     for (i = 0; i < n && i < PyList_Size(groups); i++) {
         PyObject *item = PyList_GetItem(groups, i);
         long long gid;
-        if (!PyLong_Check(item)) {
-            PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(w, W_GROUP_TYPE));
-            return 0;
-        }
+        if (!PyLong_Check(item))
+            return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_GROUP_TYPE));
         if (!id_value(item, "gid", &gid)) {
             PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "invalid group id");
-            return 0;
+            return rs_refuse(PyExc_ValueError, "invalid group id");
         }
         out[i] = gid < 0 ? UINT32_MAX : (unsigned int)gid;
     }
@@ -438,14 +427,9 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
     /* Parsed in the order of the parameters. */
     if (!truth(param(args, pos, P_CLOSE_FDS), &close_fds))
         return 0;
-    if (!PyTuple_Check(keep_tuple)) {
-        PyObject *name = type_name(keep_tuple);
-        if (name)
-            PyErr_Format(PyExc_TypeError, "fork_exec() argument %d must be tuple, not %U",
-                         pos[P_FDS_TO_KEEP] + 1, name);
-        Py_XDECREF(name);
-        return 0;
-    }
+    if (!PyTuple_Check(keep_tuple))
+        return refuse_type(keep_tuple, "fork_exec() argument %d must be tuple",
+                           pos[P_FDS_TO_KEEP] + 1);
     for (int i = 0; i < 8; i++)
         if (!c_int(param(args, pos, fd_params[i]), w, &fds[i]))
             return 0;
@@ -462,10 +446,8 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
         return 0;
 
     /* Then fork_exec's checks and conversions, in its order. */
-    if (close_fds && fds[7] < 3) {
-        PyErr_SetString(PyExc_ValueError, "errpipe_write must be >= 3");
-        return 0;
-    }
+    if (close_fds && fds[7] < 3)
+        return rs_refuse(PyExc_ValueError, "errpipe_write must be >= 3");
     if (!fds_to_keep(c, keep_tuple, fds[7]))
         return 0;
     if (!(c->exec_list = strings(c, param(args, pos, P_EXECUTABLE_LIST), NULL, 1)))
@@ -519,18 +501,14 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
     X(F_GID, gid) X(F_UID, uid) X(F_FAIL_STATUS, fail_status) X(F_SETUP, setup)
 
 enum field { REQUEST_FIELDS(RS_X_ENUM) N_FIELDS };
-static const char *const field_names[N_FIELDS] = { REQUEST_FIELDS(RS_X_NAME) };
 
-PyObject *rs_names_tuple(const char *const *names, int n)
+PyObject *rs_names_tuple(const char *names)
 {
-    PyObject *out = PyTuple_New(n);
-    for (int i = 0; out && i < n; i++) {
-        PyObject *name = PyUnicode_FromString(names[i]);
-        if (!name || PyTuple_SetItem(out, i, name) < 0) {  /* steals the reference */
-            Py_DECREF(out);
-            return NULL;
-        }
-    }
+    PyObject *s = PyUnicode_FromString(names);
+    PyObject *list = s ? PyUnicode_Split(s, NULL, -1) : NULL;
+    PyObject *out = list ? PyList_AsTuple(list) : NULL;
+    Py_XDECREF(list);
+    Py_XDECREF(s);
     return out;
 }
 
@@ -538,7 +516,7 @@ PyObject *rs_spawn_request_fields(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return rs_names_tuple(field_names, N_FIELDS);
+    return rs_names_tuple(REQUEST_FIELDS(RS_X_NAME));
 }
 
 /* A sequence of fds; skip (-1 for close_in_child) left out; ascending and
@@ -558,10 +536,8 @@ static int engine_fds(struct rs_conv *c, PyObject *seq, const char *what, int sk
         int fd;
         if (!engine_int(PyTuple_GetItem(t, i), what, &fd))
             return 0;
-        if (ascending && fd <= prev) {
-            PyErr_SetString(PyExc_ValueError, "bad value(s) in pass_fds");
-            return 0;
-        }
+        if (ascending && fd <= prev)
+            return rs_refuse(PyExc_ValueError, "bad value(s) in pass_fds");
         prev = fd;
         if (fd != skip)
             fds[(*count)++] = fd;
@@ -583,10 +559,8 @@ static int engine_id(PyObject *o, const char *what, long long *out)
         PyErr_Clear();
         value = -1;
     }
-    if (value < 0 || value > (long long)UINT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s out of range: %S", what, o);
-        return 0;
-    }
+    if (value < 0 || value > (long long)UINT32_MAX)
+        return rs_refuse(PyExc_ValueError, "%s out of range: %S", what, o);
     *out = value;
     return 1;
 }
@@ -660,10 +634,8 @@ PyObject *rs_set_spawn_error(PyObject *module, PyObject *make)
 PyObject *rs_raise_spawn_error(const struct rs_result *res, int flags, PyObject *cwd,
                                PyObject *exec_list)
 {
-    if (!spawn_error) {
-        PyErr_SetString(PyExc_RuntimeError, "rdmaspawn: no SpawnError maker set");
-        return NULL;
-    }
+    if (!spawn_error)
+        return rs_fail(PyExc_RuntimeError, "rdmaspawn: no SpawnError maker set");
     return raise_made(PyObject_CallFunction(spawn_error, "iiiiiOO", res->err, res->step,
                                             res->pid, res->exec_index, flags, cwd, exec_list));
 }
@@ -695,10 +667,8 @@ PyObject *rs_spawn_request(PyObject *module, PyObject *args)
     (void)module;
     if (!PyArg_UnpackTuple(args, "spawn_request", 2, 2, &q[0], &then))
         return NULL;
-    if (!PyTuple_Check(q[0]) || PyTuple_Size(q[0]) != N_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "spawn_request: not a SpawnRequest");
-        return NULL;
-    }
+    if (!PyTuple_Check(q[0]) || PyTuple_Size(q[0]) != N_FIELDS)
+        return rs_fail(PyExc_TypeError, "spawn_request: not a SpawnRequest");
     rs_conv_init(&c);
     if (!convert_request(q[0], &c, &q[1])) {
         rs_conv_release(&c);
@@ -739,12 +709,8 @@ static const char *spawn_path(struct rs_conv *c, PyObject *o, PyObject *spec)
         PyObject *fspath = PyObject_HasAttrString((PyObject *)Py_TYPE(o), "__fspath__")
                            ? PyOS_FSPath(o) : NULL;
         if (!fspath) {
-            PyObject *name = PyErr_Occurred() ? NULL : type_name(o);
-            if (name)
-                PyErr_Format(PyExc_TypeError,
-                             "posix_spawn: path should be string, bytes or os.PathLike, not %U",
-                             name);
-            Py_XDECREF(name);
+            if (!PyErr_Occurred())
+                refuse_type(o, "posix_spawn: path should be string, bytes or os.PathLike");
             return NULL;
         }
         o = fspath;
@@ -757,10 +723,9 @@ static const char *spawn_path(struct rs_conv *c, PyObject *o, PyObject *spec)
         Py_DECREF(o);
     if (!bytes || !keep(c, bytes) || PyBytes_AsStringAndSize(bytes, &s, &n) < 0)
         return NULL;
-    if ((size_t)n != strlen(s)) {
-        PyErr_SetObject(PyExc_ValueError, PyTuple_GetItem(spec, is_str ? S_STR_NUL : S_BYTES_NUL));
-        return NULL;
-    }
+    if ((size_t)n != strlen(s))
+        return rs_fail(PyExc_ValueError, "%U",
+                       PyTuple_GetItem(spec, is_str ? S_STR_NUL : S_BYTES_NUL));
     return s;
 }
 
@@ -773,19 +738,15 @@ static char **environment(struct rs_conv *c, PyObject *env)
     PyObject *values = keys && keep(c, keys) ? PyMapping_Values(env) : NULL;
     if (!values || !keep(c, values))
         return NULL;
-    if (!PyList_Check(keys) || !PyList_Check(values)) {
-        PyErr_SetString(PyExc_TypeError, "env.keys() or env.values() is not a list");
-        return NULL;
-    }
+    if (!PyList_Check(keys) || !PyList_Check(values))
+        return rs_fail(PyExc_TypeError, "env.keys() or env.values() is not a list");
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *key = PyList_GetItem(keys, i), *value = PyList_GetItem(values, i);
         const char *k = key ? string(c, key, 0) : NULL;
         if (!k || !value)
             return NULL;
-        if (!k[0] || strchr(k + 1, '=')) {
-            PyErr_SetString(PyExc_ValueError, "illegal environment variable name");
-            return NULL;
-        }
+        if (!k[0] || strchr(k + 1, '='))
+            return rs_fail(PyExc_ValueError, "illegal environment variable name");
         const char *v = string(c, value, 0);
         PyObject *pair = v ? PyBytes_FromFormat("%s=%s", k, v) : NULL;
         if (!pair || !keep(c, pair))
@@ -831,24 +792,16 @@ static int convert_posix_spawn(PyObject *call, const unsigned char *at, PyObject
             || !(c->exec_list[0] = (char *)spawn_path(c, executable, spec)))
         return 0;
     c->exec_list[1] = NULL;
-    if (!PyList_Check(argv) && !PyTuple_Check(argv)) {
-        PyErr_SetString(PyExc_TypeError, "posix_spawn: argv must be a tuple or list");
-        return 0;
-    }
-    if (PySequence_Size(argv) < 1) {
-        PyErr_SetString(PyExc_ValueError, "posix_spawn: argv must not be empty");
-        return 0;
-    }
-    if (env != Py_None && !PyMapping_Check(env)) {
-        PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(spec, S_NO_MAPPING));
-        return 0;
-    }
+    if (!PyList_Check(argv) && !PyTuple_Check(argv))
+        return rs_refuse(PyExc_TypeError, "posix_spawn: argv must be a tuple or list");
+    if (PySequence_Size(argv) < 1)
+        return rs_refuse(PyExc_ValueError, "posix_spawn: argv must not be empty");
+    if (env != Py_None && !PyMapping_Check(env))
+        return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(spec, S_NO_MAPPING));
     if (!(c->argv = strings(c, argv, NULL, 0)))
         return 0;
-    if (!c->argv[0][0]) {
-        PyErr_SetString(PyExc_ValueError, "posix_spawn: argv first element cannot be empty");
-        return 0;
-    }
+    if (!c->argv[0][0])
+        return rs_refuse(PyExc_ValueError, "posix_spawn: argv first element cannot be empty");
     if (!(c->envp = env == Py_None ? environ_copy(c) : environment(c, env)))
         return 0;
 
@@ -922,8 +875,7 @@ PyObject *rs_spawn_posix(PyObject *module, PyObject *args)
     }
     if (!fits) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "spawn_posix: bad arguments");
-        return NULL;
+        return rs_fail(PyExc_TypeError, "spawn_posix: bad arguments");
     }
     if (spec) {
         PyObject *old = posix_spawn_spec;

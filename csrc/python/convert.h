@@ -53,9 +53,10 @@ PyObject *rs_conv_then(struct rs_conv *c, PyObject *then,
                        PyObject *(*finish)(struct rs_conv *c, void *ctx), void *ctx);
 
 /* A C parameter list written once as X(ID, name) pairs gives both an enum of
- * the IDs and a table of the names: these are the two X's. */
+ * the IDs and its names, one string of them (rs_names_tuple()'s): these are the
+ * two X's. */
 #define RS_X_ENUM(id, name) id,
-#define RS_X_NAME(id, name) #name,
+#define RS_X_NAME(id, name) #name " "
 
 /* fork_exec's parameters, in its positional order on every version (a
  * version lacks some: its positions say -1). The names are ForkExecCall's

@@ -174,10 +174,8 @@ PyObject *rs_errpipe_calls(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!OlO!:errpipe_calls", &PyDict_Type, &pipes_dict, &os, &first,
                           &PyUnicode_Type, &mark))
         return NULL;
-    if (first < 3 || first > INT_MAX - 1) {
-        PyErr_SetString(PyExc_TypeError, "rs_errpipe_calls: bad arguments");
-        return NULL;
-    }
+    if (first < 3 || first > INT_MAX - 1)
+        return rs_fail(PyExc_TypeError, "rs_errpipe_calls: bad arguments");
     Py_XDECREF(pipes);
     Py_XDECREF(os_module);
     Py_XDECREF(guard_mark);

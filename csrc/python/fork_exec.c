@@ -21,8 +21,6 @@
 #include "rdmaspawn.h"
 #include "convert.h"
 
-static const char *const param_names[RS_N_PARAMS] = { RS_FORK_EXEC_PARAMS(RS_X_NAME) };
-
 typedef struct {
     PyObject_HEAD
     PyObject *wrapped;          /* __wrapped__: CPython's fork_exec, for a preexec_fn */
@@ -120,10 +118,8 @@ static PyObject *spawn(ForkExec *self, PyObject *args, PyObject *then)
 /* The number of arguments, as fork_exec counts them first. */
 static int counted(ForkExec *self, PyObject *args, PyObject *kwargs)
 {
-    if (kwargs && PyDict_Size(kwargs)) {
-        PyErr_SetObject(PyExc_TypeError, PyTuple_GetItem(self->wording, W_NO_KEYWORDS));
-        return 0;
-    }
+    if (kwargs && PyDict_Size(kwargs))
+        return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(self->wording, W_NO_KEYWORDS));
     if (PyTuple_Size(args) == self->nargs)
         return 1;
     PyObject *named = Py_BuildValue("{s:n,s:n}", "wanted", self->nargs,
@@ -152,10 +148,8 @@ PyObject *rs_fork_exec_setup(PyObject *module, PyObject *call)
     (void)module;
     if (!PyArg_UnpackTuple(call, "fork_exec_setup", 3, 3, &op, &args, &then))
         return NULL;
-    if (!rs_is_fork_exec(op) || !PyTuple_Check(args)) {
-        PyErr_SetString(PyExc_TypeError, "fork_exec_setup: not a fork_exec and its call");
-        return NULL;
-    }
+    if (!rs_is_fork_exec(op) || !PyTuple_Check(args))
+        return rs_fail(PyExc_TypeError, "fork_exec_setup: not a fork_exec and its call");
     return counted((ForkExec *)op, args, NULL) ? spawn((ForkExec *)op, args, then) : NULL;
 }
 
@@ -234,7 +228,7 @@ PyObject *rs_fork_exec_params(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return rs_names_tuple(param_names, RS_N_PARAMS);
+    return rs_names_tuple(RS_FORK_EXEC_PARAMS(RS_X_NAME));
 }
 
 static PyObject *type;  /* made once; the GIL serialises the callers */
@@ -253,10 +247,8 @@ PyObject *rs_fork_exec_new(PyObject *module, PyObject *args)
                           &positions, &PyTuple_Type, &wording, &PyBytes_Type, &chdir_tag,
                           &report, &first_memory_fd))
         return NULL;
-    if (PyTuple_Size(positions) != RS_N_PARAMS || PyTuple_Size(wording) != N_WORDING) {
-        PyErr_SetString(PyExc_TypeError, "rs_fork_exec_new: bad arguments");
-        return NULL;
-    }
+    if (PyTuple_Size(positions) != RS_N_PARAMS || PyTuple_Size(wording) != N_WORDING)
+        return rs_fail(PyExc_TypeError, "rs_fork_exec_new: bad arguments");
     /* "Starts children with the engine": rdmaspawn.guard() lets it be. */
     if (!type && (!(type = PyType_FromSpec(&fork_exec_spec))
                   || PyObject_SetAttrString(type, "__rdmaspawn__", Py_True) < 0)) {

@@ -211,11 +211,9 @@ static PyObject *body_call(PyObject *s, PyObject *values)
     Py_ssize_t npositional = PyLong_AsSsize_t(AT(s, S_NPOSITIONAL));
     Py_ssize_t n = PyTuple_Size(values);
     if (n != npositional + PyTuple_Size(AT(s, S_KWONLY_NAMES))
-             + PyTuple_Size(AT(s, S_SETUP_DEFAULTS))) {
-        PyErr_SetString(PyExc_TypeError, "Popen.__init__'s body takes each parameter's value, "
-                                         "positionally");
-        return NULL;
-    }
+             + PyTuple_Size(AT(s, S_SETUP_DEFAULTS)))
+        return rs_fail(PyExc_TypeError,
+                       "Popen.__init__'s body takes each parameter's value, positionally");
     if (is_plain(s, values, n))
         return plain_call(s, values, npositional);
     PyObject *call = PyObject_Call(AT(s, S_PREPARE), values, NULL);
@@ -248,10 +246,8 @@ PyObject *rs_popen_init_new(PyObject *module, PyObject *args)
                           &kwonly_names, &PyTuple_Type, &kwonly_defaults, &PyTuple_Type,
                           &setup_defaults, &getsignal, &raise_signal))
         return NULL;
-    if (npositional < 1 || PyTuple_Size(kwonly_names) != PyTuple_Size(kwonly_defaults)) {
-        PyErr_SetString(PyExc_TypeError, "popen_init_new: bad layout");
-        return NULL;
-    }
+    if (npositional < 1 || PyTuple_Size(kwonly_names) != PyTuple_Size(kwonly_defaults))
+        return rs_fail(PyExc_TypeError, "popen_init_new: bad layout");
     PyObject *state = Py_BuildValue(
         "(OOOnOOOOONNi)", base, popen, prepare, npositional, kwonly_names, kwonly_defaults,
         setup_defaults, getsignal, raise_signal, PyUnicode_InternFromString("__init__"),
@@ -406,11 +402,9 @@ PyObject *rs_popen_init_method(PyObject *module, PyObject *args)
                           &PyFrozenSet_Type, &setup_keywords))
         return NULL;
     if (!PyCFunction_Check(body) || PyCFunction_GetFunction(body) != body_call
-            || !PyCallable_Check(face)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "popen_init_method: body is not popen_init_new's, or face not callable");
-        return NULL;
-    }
+            || !PyCallable_Check(face))
+        return rs_fail(PyExc_TypeError,
+                       "popen_init_method: body is not popen_init_new's, or face not callable");
     if (!type) {
         PyObject *types = PyImport_ImportModule("types");
         method_type = types ? PyObject_GetAttrString(types, "MethodType") : NULL;
