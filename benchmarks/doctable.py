@@ -15,10 +15,15 @@ def check_page(name: str, *docs: Path | None) -> None:
     write_block(name, None, *docs)
 
 
+def markers(name: str) -> tuple[str, str]:
+    """A page's begin and end markers of the block named ``name`` (.ci's tables' too)."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
 def write_block(name: str, block: str | None, *docs: Path | None) -> None:
     """``block`` between benchmark ``name``'s markers in each page in ``docs`` (None: check only)."""
     for doc in filter(None, docs):
-        text = splice(doc.read_text(), block or "", f"<!-- {name}:begin -->", f"<!-- {name}:end -->")
+        text = splice(doc.read_text(), block or "", *markers(name))
         if block is not None:
             doc.write_text(text)
 
