@@ -173,18 +173,17 @@ def targets(report: Report) -> list[Target]:
     return out
 
 
-def throughput_cells(report: Report, mem: float, sid: str
-                     ) -> list[tuple[float, float | None] | None]:
-    """Per thread count, (spawns/s, over 1 thread's or None where that is the
-    1-thread figure or missing), or None where not measured."""
+def throughput_cells(report: Report, mem: float, sid: str, over: str) -> list[str]:
+    """Per thread count, the spawns/s and (but on the 1-thread figure) ``over``
+    formatted with its ratio to 1 thread's; "-" where not measured."""
     base = report.figures(mem, 1, sid)
-    cells: list[tuple[float, float | None] | None] = []
+    one = base.throughput_per_s if base is not None else None
+    cells = []
     for t in report.settings.threads:
         f = report.figures(mem, t, sid)
         tp = f.throughput_per_s if f is not None else None
-        over = (tp / base.throughput_per_s if tp is not None and t != 1 and base is not None
-                and base.throughput_per_s else None)
-        cells.append(None if tp is None else (tp, over))
+        cells.append("-" if tp is None
+                     else f"{tp:.0f}" + (over.format(tp / one) if t != 1 and one else ""))
     return cells
 
 
