@@ -1,16 +1,11 @@
 """What a run's figures say: ratios, growth per GiB, and the targets asked of rdmaspawn.
 
-Every threshold is a named constant here, and the verdicts are computed once,
-into the report's targets: the table, the JSON and the docs block all print
-those verdicts and never judge a figure again themselves.
-
-The comparisons with subprocess.Popen ask for "no worse", 1.0; latency and
-throughput allow NOISE_ALLOWANCE either way (the CPU per spawn none, as issue
-29 asks): both run side by side in the same rounds, but two medians of the
-same code on a shared machine still differ by a few percent.  Their notes
-also give the ratio taken round by round (p25 .. p75): where that range is
-wide, the machine's noise is larger than the allowance and the verdict says
-little either way.
+The verdicts are computed once, into the report's targets: the table, the
+JSON and the docs block print them and never judge a figure again.  Against
+subprocess.Popen, latency and throughput allow NOISE_ALLOWANCE (two medians of
+the same code, side by side on a shared machine, still differ by a few
+percent; the CPU per spawn none, as issue 29 asks); the round-by-round ratio
+in their notes (p25 .. p75) shows where the noise is larger than that.
 """
 
 from __future__ import annotations
@@ -34,14 +29,11 @@ FLAT_SPAWNERS = ((RDMASPAWN, "rdmaspawn.Popen"), (ENGINE, "engine"))
 def add_ratios(report: Report) -> None:
     """Each spawner's median over the floor's and over subprocess.Popen's, per configuration."""
     for r in report.results:
-        floor = r.spawners.get(FLOOR)
-        default = r.spawners.get(DEFAULT_PATH)
-        floor_median = floor.median_us if floor is not None and floor.measured else None
-        default_median = default.median_us if default is not None and default.measured else None
+        medians = {sid: f.median_us for sid, f in r.spawners.items() if f.measured}
         for f in r.spawners.values():
             if f.measured:
-                f.ratio_to_floor = ratio(f.median_us, floor_median)
-                f.ratio_to_default = ratio(f.median_us, default_median)
+                f.ratio_to_floor = ratio(f.median_us, medians.get(FLOOR))
+                f.ratio_to_default = ratio(f.median_us, medians.get(DEFAULT_PATH))
 
 
 def growth_per_gib(report: Report) -> dict[str, float | None]:

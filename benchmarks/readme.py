@@ -1,10 +1,5 @@
 """The benchmark block of a Markdown page (the repository's is docs/benchmark.md):
-rendered from a report, spliced between markers.
-
-Only the text between BEGIN and END changes; the markers and everything
-around them stay byte for byte.  Every figure and every verdict in the block
-comes from the report (and so from the JSON it was read from): the prose says
-"met" or "missed" as the report's targets do, and nothing else.
+rendered from a report, spliced between markers; only the text between them changes.
 """
 
 from __future__ import annotations
