@@ -1,16 +1,11 @@
 """What a run's figures say: ratios, growth per GiB, and the targets asked of rdmaspawn.
 
-Every threshold is a named constant here, and the verdicts are computed once,
-into the report's targets: the table, the JSON and the docs block all print
-those verdicts and never judge a figure again themselves.
-
-The comparisons with subprocess.Popen ask for "no worse", 1.0; latency and
-throughput allow NOISE_ALLOWANCE either way (the CPU per spawn none, as issue
-29 asks): both run side by side in the same rounds, but two medians of the
-same code on a shared machine still differ by a few percent.  Their notes
-also give the ratio taken round by round (p25 .. p75): where that range is
-wide, the machine's noise is larger than the allowance and the verdict says
-little either way.
+The verdicts are computed once, into the report's targets: the table, the
+JSON and the docs block print them and never judge a figure again.  Against
+subprocess.Popen, latency and throughput allow NOISE_ALLOWANCE (two medians of
+the same code, side by side on a shared machine, still differ by a few
+percent; the CPU per spawn none, as issue 29 asks); the round-by-round ratio
+in their notes (p25 .. p75) shows where the noise is larger than that.
 """
 
 from __future__ import annotations
@@ -34,14 +29,11 @@ FLAT_SPAWNERS = ((RDMASPAWN, "rdmaspawn.Popen"), (ENGINE, "engine"))
 def add_ratios(report: Report) -> None:
     """Each spawner's median over the floor's and over subprocess.Popen's, per configuration."""
     for r in report.results:
-        floor = r.spawners.get(FLOOR)
-        default = r.spawners.get(DEFAULT_PATH)
-        floor_median = floor.median_us if floor is not None and floor.measured else None
-        default_median = default.median_us if default is not None and default.measured else None
+        medians = {sid: f.median_us for sid, f in r.spawners.items() if f.measured}
         for f in r.spawners.values():
             if f.measured:
-                f.ratio_to_floor = ratio(f.median_us, floor_median)
-                f.ratio_to_default = ratio(f.median_us, default_median)
+                f.ratio_to_floor = ratio(f.median_us, medians.get(FLOOR))
+                f.ratio_to_default = ratio(f.median_us, medians.get(DEFAULT_PATH))
 
 
 def growth_per_gib(report: Report) -> dict[str, float | None]:
@@ -61,7 +53,7 @@ def growth_per_gib(report: Report) -> dict[str, float | None]:
     return out
 
 
-def _target(name: str, description: str, figure: float | None, op: str, threshold: float,
+def _target(name: str, description: str, op: str, threshold: float, figure: float | None,
             note: str, spread: list[float] | None = None) -> Target:
     met: bool | None = None
     if figure is not None:
@@ -81,23 +73,19 @@ def round_ratio_spread(a: list[float], b: list[float]) -> list[float] | None:
     return None if p25 is None or p75 is None else [round(p25, 4), round(p75, 4)]
 
 
-# The figure a side-by-side comparison takes, and its batches' figures.
-SIDE_BY_SIDE = {"latency": ("median_us", "batch_median_us"),
-                "cpu": ("cpu_per_spawn_us", "batch_cpu_per_spawn_us"),
-                "throughput": ("throughput_per_s", "batch_throughput_per_s")}
-
-
-def _side_by_side(report: Report, mem: float, threads: int, what: str, sid: str = RDMASPAWN
-                  ) -> tuple[float | None, list[float] | None]:
-    """Spawner ``sid`` over subprocess.Popen in one configuration, on ``what``: (the
-    ratio, its round-by-round spread)."""
-    rd = report.figures(mem, threads, sid)
-    df = report.figures(mem, threads, DEFAULT_PATH)
+def _vs_default(report: Report, name: str, description: str, op: str, threshold: float,
+                threads: int, figure: str, note: str, sid: str = RDMASPAWN) -> Target:
+    """Spawner ``sid`` over subprocess.Popen at the smallest size, side by side on
+    ``figure``, with the ratio's round-by-round spread (from ``batch_`` + figure)."""
+    lo = min(report.settings.mem_gib_measured)
+    rd = report.figures(lo, threads, sid)
+    df = report.figures(lo, threads, DEFAULT_PATH)
     if rd is None or df is None:
-        return None, None
-    figure, batches = SIDE_BY_SIDE[what]
-    return (ratio(getattr(rd, figure), getattr(df, figure)),
-            round_ratio_spread(getattr(rd, batches), getattr(df, batches)))
+        return _target(name, description, op, threshold, None, note)
+    batches = "batch_" + figure
+    return _target(name, description, op, threshold,
+                   ratio(getattr(rd, figure), getattr(df, figure)), note,
+                   round_ratio_spread(getattr(rd, batches), getattr(df, batches)))
 
 
 def _figure(report: Report, mem: float, threads: int, sid: str,
@@ -130,82 +118,64 @@ def _flat(report: Report, sid: str, lo: float, hi: float, threads: int
 
 
 def targets(report: Report) -> list[Target]:
-    mems = report.settings.mem_gib_measured
-    threads = report.settings.threads
-    lat_threads = report.settings.latency_threads
-    out: list[Target] = []
-    if not mems:
-        return out
-    lo, hi = min(mems), max(mems)
+    s = report.settings
+    if not s.mem_gib_measured:
+        return []
+    lo, hi = min(s.mem_gib_measured), max(s.mem_gib_measured)
+    n = s.latency_threads
+    out = [_target(f"flat ({label})", f"{label} latency, largest / smallest resident size",
+                   "<=", FLAT_MAX, *_flat(report, sid, lo, hi, n))
+           for sid, label in FLAT_SPAWNERS]
 
-    for sid, label in FLAT_SPAWNERS:
-        fig, note = _flat(report, sid, lo, hi, lat_threads)
-        out.append(_target(f"flat ({label})", f"{label} latency, largest / smallest resident size",
-                           fig, "<=", FLAT_MAX, note))
-
-    where = f"median at {fmt_gib(lo)}, {lat_threads} thread(s)"
-    rd = _figure(report, lo, lat_threads, RDMASPAWN)
-    floor = _figure(report, lo, lat_threads, FLOOR)
-    out.append(_target("thin (floor)", "rdmaspawn.Popen(...).wait() / C posix_spawn floor",
-                       ratio(rd, floor), "<=", THIN_FLOOR_MAX, where))
-    out.append(_target("thin (engine / floor)",
-                       "rdmaspawn._native.engine.spawn + os.waitpid / C posix_spawn floor",
-                       ratio(_figure(report, lo, lat_threads, ENGINE), floor), "<=",
-                       THIN_FLOOR_MAX, where))
-    fig, spread = _side_by_side(report, lo, lat_threads, "latency")
-    out.append(_target(
-        "latency vs subprocess",
+    where = f"median at {fmt_gib(lo)}, {n} thread(s)"
+    floor = _figure(report, lo, n, FLOOR)
+    out += [_target(name, f"{what} / C posix_spawn floor", "<=", THIN_FLOOR_MAX,
+                    ratio(_figure(report, lo, n, sid), floor), where)
+            for sid, name, what in (
+                (RDMASPAWN, "thin (floor)", "rdmaspawn.Popen(...).wait()"),
+                (ENGINE, "thin (engine / floor)", "rdmaspawn._native.engine.spawn + os.waitpid"))]
+    noise = f"1.0 wanted, {NOISE_ALLOWANCE:g} allowed for noise"
+    out.append(_vs_default(
+        report, "latency vs subprocess",
         "rdmaspawn.Popen(...).wait() / subprocess.Popen(...).wait(), CPython's default path",
-        fig, "<=", LATENCY_VS_DEFAULT_MAX,
-        f"{where}; 1.0 wanted, {NOISE_ALLOWANCE:g} allowed for noise", spread))
-
-    for n in THROUGHPUT_THREADS:
-        fig, spread = None, None
-        note = f"not measured: needs --threads with {n}"
-        if n in threads:
-            fig, spread = _side_by_side(report, lo, n, "throughput")
-            note = (f"spawns/s at {fmt_gib(lo)}, {n} threads at once; 1.0 wanted, "
-                    f"{NOISE_ALLOWANCE:g} allowed for noise")
-        out.append(_target(
-            f"throughput vs subprocess ({n} threads)",
-            f"rdmaspawn.Popen spawns/s / subprocess.Popen spawns/s, {n} threads spawning",
-            fig, ">=", THROUGHPUT_VS_DEFAULT_MIN, note, spread))
-
-    for sid, name, what in ((RDMASPAWN, "CPU per spawn <= CPython's", "rdmaspawn.Popen's"),
-                            (PATCHED, "CPU per spawn <= CPython's, patch()",
-                             "subprocess.Popen's under patch()")):
-        fig, spread = _side_by_side(report, lo, lat_threads, "cpu", sid)
-        note = (f"CPU per spawn (RUSAGE_SELF) at {fmt_gib(lo)}, {lat_threads} thread(s); "
-                "1.0 wanted, no allowance")
-        if report.figures(lo, lat_threads, sid) is None:
-            note = "not measured in this record"
-        out.append(_target(
-            name, f"{what} CPU per spawn / stock subprocess.Popen's, the spawning process's",
-            fig, "<=", CPU_VS_DEFAULT_MAX, note, spread))
+        "<=", LATENCY_VS_DEFAULT_MAX, n, "median_us", f"{where}; {noise}"))
+    out += [_vs_default(
+        report, f"throughput vs subprocess ({t} threads)",
+        f"rdmaspawn.Popen spawns/s / subprocess.Popen spawns/s, {t} threads spawning",
+        ">=", THROUGHPUT_VS_DEFAULT_MIN, t, "throughput_per_s",
+        f"spawns/s at {fmt_gib(lo)}, {t} threads at once; {noise}" if t in s.threads
+        else f"not measured: needs --threads with {t}") for t in THROUGHPUT_THREADS]
+    out += [_vs_default(
+        report, name, f"{what} CPU per spawn / stock subprocess.Popen's, the spawning process's",
+        "<=", CPU_VS_DEFAULT_MAX, n, "cpu_per_spawn_us",
+        f"CPU per spawn (RUSAGE_SELF) at {fmt_gib(lo)}, {n} thread(s); 1.0 wanted, no allowance"
+        if report.figures(lo, n, sid) is not None else "not measured in this record", sid)
+        for sid, name, what in ((RDMASPAWN, "CPU per spawn <= CPython's", "rdmaspawn.Popen's"),
+                                (PATCHED, "CPU per spawn <= CPython's, patch()",
+                                 "subprocess.Popen's under patch()"))]
 
     fig = None
     note = "not measured: needs --threads with 1 and 2"
-    if 1 in threads and 2 in threads:
+    if 1 in s.threads and 2 in s.threads:
         fig = ratio(_figure(report, lo, 2, RDMASPAWN, "throughput_per_s"),
                     _figure(report, lo, 1, RDMASPAWN, "throughput_per_s"))
         note = f"rdmaspawn.Popen spawns/s at {fmt_gib(lo)}, 2 threads / 1 thread"
-    out.append(_target("parallel", "throughput of 2 threads / 1 thread", fig, ">=", PARALLEL_MIN,
-                       note))
+    out.append(_target("parallel", "throughput of 2 threads / 1 thread", ">=", PARALLEL_MIN,
+                       fig, note))
     return out
 
 
-def throughput_cells(report: Report, mem: float, sid: str
-                     ) -> list[tuple[float, float | None] | None]:
-    """Per thread count, (spawns/s, over 1 thread's or None where that is the
-    1-thread figure or missing), or None where not measured."""
+def throughput_cells(report: Report, mem: float, sid: str, over: str) -> list[str]:
+    """Per thread count, the spawns/s and (but on the 1-thread figure) ``over``
+    formatted with its ratio to 1 thread's; "-" where not measured."""
     base = report.figures(mem, 1, sid)
-    cells: list[tuple[float, float | None] | None] = []
+    one = base.throughput_per_s if base is not None else None
+    cells = []
     for t in report.settings.threads:
         f = report.figures(mem, t, sid)
         tp = f.throughput_per_s if f is not None else None
-        over = (tp / base.throughput_per_s if tp is not None and t != 1 and base is not None
-                and base.throughput_per_s else None)
-        cells.append(None if tp is None else (tp, over))
+        cells.append("-" if tp is None
+                     else f"{tp:.0f}" + (over.format(tp / one) if t != 1 and one else ""))
     return cells
 
 

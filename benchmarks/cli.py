@@ -1,10 +1,7 @@
 """``rdmaspawn bench``: measure, or re-render a JSON record, and write the report.
 
-A run prints its table on stdout (progress goes to stderr) and writes
-``spawn_latency.json`` and ``spawn_latency.png`` into its output folder;
-``--readme`` rewrites the block between a page's bench markers from the same
-report (``docs/benchmark.md``).  The exit status is 1 only when a spawner
-failed or nothing was measured: targets are figures, never assertions.
+The exit status is 1 only when a spawner failed or nothing was measured:
+targets are figures, never assertions.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The parent's CPU per spawn: rdmaspawn.Popen, subprocess under patch(), stock subprocess.
 
-Interleaved batches of ``Popen([child]).wait()`` in one process, timed with
-``time.process_time()`` (this process's user + system CPU, not the child's)
-and ``time.perf_counter()``; medians over the batches, in microseconds per
-spawn, and each one's ratio to stock subprocess. A measurement, not a test:
-the target row, "CPU per spawn <= CPython's", is met or missed as measured,
-against stock subprocess's median of the same run, no allowance.
-``--doc PAGE`` (repeatable) writes the table between the page's cpucost
-markers (README.md holds them).
-
-    python -m rdmaspawn.bench.cpucost [--child PATH] [--batches N] [--spawns N] [--doc PAGE]
+Interleaved batches in one process, timed with ``time.process_time()`` (this
+process's CPU, not the child's). A measurement, not a test: the target row is
+met or missed as measured, against stock subprocess's median, no allowance.
 """
 from __future__ import annotations
 

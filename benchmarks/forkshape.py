@@ -1,6 +1,6 @@
 """A process's mappings, and one timed fork: guardcost's, and, its source put
-before their scripts, repaircost's and markcost's workers' (so the standard
-library only, and no ``from __future__``)."""
+before their scripts, the workers' of repaircost, markcost and repairreal (so
+the standard library only, and no ``from __future__``)."""
 import mmap
 import os
 import time

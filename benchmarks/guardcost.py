@@ -1,15 +1,9 @@
 """What ``rdmaspawn.guard()`` adds to each ``os.fork()``, side by side with a plain fork.
 
-For each shape of process (separate mappings, and memory in them that the
-kernel must walk), times ``os.fork()`` + ``waitpid()`` of a child that exits
-at once, three ways in turn: plain (no guard); guarded (``guard("warn")`` on,
-no DONTFORK memory: what the guard costs a program in production); smaps
-first (``/proc/self/smaps`` searched before each fork, as the guard does for
-``fork_exec``). ``--doc PAGE`` also writes the table between the page's
-guardcost markers (docs/doctor-and-guard.md holds them).
-
-    python -m rdmaspawn.bench.guardcost [--shapes 300:0,3000:0,30000:0,300:1024]
-                                        [--rounds 21] [--doc PAGE]
+Per shape of process, three ways in turn: plain (no guard); guarded
+(``guard("warn")``, no DONTFORK memory: what the guard costs in production);
+smaps first (``/proc/self/smaps`` searched before each fork, as the guard
+does for ``fork_exec``).
 """
 from __future__ import annotations
 

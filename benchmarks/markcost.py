@@ -1,22 +1,9 @@
 """What a fork pays for a pinned page left unmarked, against a mark's mappings.
 
-The fork repair leaves a registration unmarked when it has fewer whole
-pages inside than a threshold (csrc/forkrepair.c). Two costs meet there,
-both paid by every fork:
-
-- a pinned page without ``MADV_DONTFORK`` is copied into the child (Linux
-  5.9+); pages are pinned here the way ``ibv_reg_mr()`` pins them
-  (``FOLL_PIN | FOLL_LONGTERM``), as io_uring's fixed buffers, so no RDMA
-  device is needed;
-- a mark splits its mapping in up to three, and fork() copies each mapping.
-
-Worker processes of each shape take turns, each timing one ``os.fork()`` +
-``waitpid()`` of a child that exits at once; the table gives each shape's
-median, its excess over the plain worker, and that excess per page copied or
-per mark. ``--doc PAGE`` writes the table between the page's markcost markers
-(docs/how-it-works.md holds them).
-
-    python -m rdmaspawn.bench.markcost [--rounds 21] [--doc PAGE]
+The repair leaves a registration with fewer whole pages than a threshold
+unmarked (csrc/forkrepair.c), trading the copy of its pinned pages for the
+mappings a mark splits off; pages are pinned as ``ibv_reg_mr()`` pins them, by
+io_uring's fixed buffers, so no RDMA device is needed.
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """What one benchmark run found, as dataclasses; JSON is written from them and read back.
 
-The JSON file is the record of a run: the table, the plot and the docs block
-are all rendered from a :class:`Report`, just measured or read back with
-``--from-json``.  Figures that could not be measured are ``None`` (``null``),
-never NaN.  Every schema here is read; an older record's targets are
-recomputed from its figures (cli.py).
+The table, the plot and the docs block are all rendered from a :class:`Report`,
+just measured or read back with ``--from-json``.  Figures not measured are
+``None`` (``null``), never NaN.  Every schema here is read (cli.py recomputes
+an older record's targets).
 """
 
 from __future__ import annotations

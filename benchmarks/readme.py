@@ -1,17 +1,12 @@
 """The benchmark block of a Markdown page (the repository's is docs/benchmark.md):
-rendered from a report, spliced between markers.
-
-Only the text between BEGIN and END changes; the markers and everything
-around them stay byte for byte.  Every figure and every verdict in the block
-comes from the report (and so from the JSON it was read from): the prose says
-"met" or "missed" as the report's targets do, and nothing else.
+rendered from a report, spliced between markers; only the text between them changes.
 """
 
 from __future__ import annotations
 
 from .analysis import fmt_figure, noisy_floor, throughput_cells, verdict
 from .model import Figures, Report, SpawnerInfo
-from .numbers import fmt_gib, fmt_ratio, fmt_us
+from .numbers import fmt_gib, fmt_us
 
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
@@ -28,8 +23,10 @@ def _us(us: float | None) -> str:
     return fmt_us(us, MICRO)
 
 
-def _name(s: SpawnerInfo) -> str:
-    return f"`{s.label}`" if s.in_parent_process else s.label
+def _row(s: SpawnerInfo, cells: list[str]) -> str:
+    """A spawner's row of a table; labels of Python code in code spans."""
+    name = f"`{s.label}`" if s.in_parent_process else s.label
+    return f"| {name} | " + " | ".join(cells) + " |"
 
 
 def _cell(f: Figures | None) -> str:
@@ -64,9 +61,8 @@ def _latency(report: Report) -> list[str]:
              "resident memory:", "",
              "| spawner | " + " | ".join(f"{fmt_gib(m)}" for m in mems) + " |",
              "|---|" + "---|" * len(mems)]
-    for s in report.spawners:
-        cells = [_cell(report.figures(m, n, s.id)) for m in mems]
-        lines.append(f"| {_name(s)} | " + " | ".join(cells) + " |")
+    lines += [_row(s, [_cell(report.figures(m, n, s.id)) for m in mems])
+              for s in report.spawners]
     if any(f.capped for r in report.results if r.threads == n for f in r.spawners.values()):
         lines += ["", "\\* stopped by the time cap with fewer samples."]
     return lines
@@ -98,22 +94,15 @@ def _throughput(report: Report) -> list[str]:
              "| spawner | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in threads)
              + " |",
              "|---|" + "---|" * len(threads)]
-    for s in report.spawners:
-        cells = ["-" if c is None else f"{c[0]:.0f}"
-                 + (f" ({fmt_ratio(c[1])})" if c[1] is not None else "")
-                 for c in throughput_cells(report, lo, s.id)]
-        lines.append(f"| {_name(s)} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + [_row(s, throughput_cells(report, lo, s.id, " ({:.2f}x)"))
+                    for s in report.spawners]
 
 
 def _targets(report: Report) -> list[str]:
     lines = ["Targets, as measured in this run (figures, not assertions):", "",
              "| target | figure | wanted | verdict | measured as |", "|---|---|---|---|---|"]
-    for t in report.targets:
-        fig = fmt_figure(t)
-        lines.append(f"| {t.name} | {fig} | {t.op} {t.threshold:g} | **{verdict(t)}** "
-                     f"| {t.note} |")
-    return lines
+    return lines + [f"| {t.name} | {fmt_figure(t)} | {t.op} {t.threshold:g} | "
+                    f"**{verdict(t)}** | {t.note} |" for t in report.targets]
 
 
 def render_block(report: Report, json_ref: str, png_ref: str | None = None) -> str:

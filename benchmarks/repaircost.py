@@ -1,21 +1,10 @@
 """What the fork repair adds to each ``fork()``, side by side with a plain fork.
 
-Two worker processes of the same shape (mappings, and buffers libibverbs was
-asked to mark as ``ibv_reg_mr()`` does, each in its own mapping) take turns
-timing one ``os.fork()`` + ``waitpid()`` of a child that exits at once: plain
-(fork protection on, the buffers marked ``MADV_DONTFORK``, no repair) and
-repaired (the repair started before the buffers were marked, so nothing is
-marked; each fork pays the prepare handler's look for a new libibverbs).
-"one sweep" is what a third worker pays once where the repair starts after
-the marks: the read of ``/proc/self/smaps`` that un-marks them. The workers
-start the mechanism without asking the kernel (``start_without_asking``):
-nothing is pinned, so the cost is the same and the result is safe.
-``--doc PAGE`` writes the table between the page's repaircost markers
-(docs/how-it-works.md holds them).
-
-``--real`` and ``--vmas`` (``repairreal.py``; ``--doc`` blocks ``repaircost-real``
-and ``repaircost-vmas``) need an RDMA device: tests/realdevice/bench_vm.sh runs
-them in the soft-RoCE VM.
+"plain" keeps libibverbs' marks, "repaired" starts the repair before them;
+"one sweep" is the repair started after them, once. The workers start it
+without asking the kernel (``start_without_asking``): nothing is pinned, so
+the cost is the same and the result safe. ``--real`` and ``--vmas``:
+repairreal.py.
 """
 from __future__ import annotations
 

@@ -1,30 +1,8 @@
 """``repaircost --real`` and ``--vmas``: the fork repair against real registrations.
 
-What a kernel that copies DMA-pinned pages at fork does with a registration
-it may no longer leave out of the child (issue 47) shows only with memory
-really registered: ``ibv_reg_mr()`` on an RDMA device (rxe0 in the soft-RoCE
-VM, tests/realdevice/bench_vm.sh), through ctypes as
-tests/realdevice/verbs.py registers, with ``RDMAV_FORK_SAFE=1`` so that
-libibverbs marks. Per registered size, a worker per variant takes turns
-timing ``os.fork()`` + the child's answer (its own ``VmRSS``) + ``waitpid()``:
-
-- marked: the registration (a mapping of its own), marked by libibverbs;
-- repaired: ``rdmaspawn.repair_fork()`` in force before registering (a
-  kernel where it refuses gets no such column, and the reason is printed);
-- unmarked: marked, then ``madvise(MADV_DOFORK)`` over it: the copy's cost;
-- swept (``--variants``): registered, then ``repair_fork()``, whose sweep of
-  smaps finds the marks made before it;
-- loaded (``--variants``): marked, with rdmaspawn's C core loaded and no
-  repair: what importing it costs a fork, apart from what the repair adds.
-
-``--placement malloc``: each registration a malloc()ed block (glibc maps a
-large one, its header on the first page, which a child's malloc may touch:
-the edge a repair must leave unmarked); ``lone``: a mapping between two
-``PROT_NONE`` pages, bordering no other memory (the sweep of csrc/unmark.c
-takes a mark off a mapping that borders anonymous memory).
-
-``--vmas``: the mappings through register/deregister cycles, without and
-with the repair: marks the repair splits off must not pile up mappings.
+It shows only with memory really registered (``ibv_reg_mr()`` through ctypes,
+``RDMAV_FORK_SAFE=1``), so it needs an RDMA device; docs/real-device-tests.md
+says what each variant and ``--placement`` is, and how bench_vm.sh runs them.
 """
 from __future__ import annotations
 
@@ -38,17 +16,17 @@ from typing import Any
 from rdmaspawn._host.interpreter import python_command
 
 from .numbers import log
-from .workers import Worker, take_turns
+from .workers import FORKSHAPE, Worker, take_turns
 
 VARIANTS = ("marked", "repaired", "unmarked", "swept", "loaded")
 DEFAULT_VARIANTS = VARIANTS[:3]
 REPAIRING = ("repaired", "swept")  # the columns a kernel that refuses has none of
 MIB = 1 << 20
 
-# What both workers share: libibverbs through ctypes, the device's first
-# protection domain, the /proc readers. RDMAV_FORK_SAFE is set by the parent,
-# before libibverbs is loaded (its constructor reads it).
-VERBS = r"""
+# What both workers share: forkshape.py's mappings(), libibverbs through ctypes,
+# the device's first protection domain, the /proc readers. RDMAV_FORK_SAFE is
+# set by the parent, before libibverbs is loaded (its constructor reads it).
+VERBS = FORKSHAPE + r"""
 import ctypes, json, os, sys, time
 vp, sz = ctypes.c_void_p, ctypes.c_size_t
 verbs = ctypes.CDLL("libibverbs.so.1", use_errno=True)
@@ -81,9 +59,6 @@ def register(address, length):
     if not mr:
         sys.exit(f"ibv_reg_mr({length}): {os.strerror(ctypes.get_errno())}")
     return mr
-def mappings():
-    with open("/proc/self/maps", "rb") as f:
-        return f.read().count(b"\n")
 def dc_bytes(lo, hi):
     # Bytes of [lo, hi) in mappings smaps flags dc (MADV_DONTFORK).
     total = start = end = 0

@@ -1,12 +1,10 @@
 """What holding SIGINT around a spawn costs rdmaspawn.Popen in the main thread.
 
-Times ``interrupts.owner()``, ``hold()``, ``replay()`` and ``release()`` alone (what every Popen() in the
-main thread adds while SIGINT has a Python handler), and, for scale,
-``rdmaspawn.Popen(["/bin/true"]).wait()`` with SIGINT's default Python
-handler (held) and with SIGINT ignored (nothing to hold). Medians of
-BATCHES batches, in microseconds; a measurement, not a test.
-
-    python -m rdmaspawn.bench.sigint [--pairs N] [--spawns N] [--batches N]
+Times ``interrupts.owner()``, ``hold()``, ``replay()`` and ``release()`` alone
+(what every Popen() in the main thread adds while SIGINT has a Python
+handler), and, for scale, ``rdmaspawn.Popen(["/bin/true"]).wait()`` with
+SIGINT's default Python handler (held) and with SIGINT ignored (nothing to
+hold). Medians of BATCHES batches, in microseconds; a measurement, not a test.
 """
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
 """What ``RDMASPAWN`` costs an interpreter at start-up: CPU time, side by side.
 
-Starts ``PYTHON -c CODE`` (default: this interpreter) ROUNDS times with
-``RDMASPAWN`` unset and ROUNDS times with ``RDMASPAWN=on``, interleaved so that
-the machine's load hits both alike, and reads each child's user+system CPU
-time from ``os.wait4`` (CPU, not wall time: another process on the machine
-does not inflate it much). Two programs: ``pass``, and ``import subprocess``
-(where ``on`` puts the patch's stand-ins in place; the patch and the engine
-wait for the first spawn). Prints the medians (and minima: the least disturbed run), their
-ratio and difference; ``--doc PAGE`` (repeatable) also writes them between
-the page's startup markers (README.md and docs/run.md hold them).
-
-    python -m rdmaspawn.bench.startup [--rounds N] [--python PATH] [--doc PAGE ...]
+Each child's user+system CPU from ``os.wait4``, with and without, interleaved:
+CPU rather than wall time, so that another process on the machine inflates it
+less.
 """
 from __future__ import annotations
 

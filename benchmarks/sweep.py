@@ -1,10 +1,9 @@
 """The sweep: every resident size times every thread count, one configuration at a time.
 
 The parent's resident memory is an anonymous mapping with every page written,
-held by this Python process, so every in-process spawner sees it.  The floor
-runs in its own small process: its figures stay the floor at every size, by
-design.  Sizes that do not fit in MemAvailable minus a margin are skipped, and
-the report says so.
+held by this Python process, so every in-process spawner sees it (the floor, in
+its own process, stays the floor).  Sizes that do not fit in MemAvailable minus
+a margin are skipped, and the report says so.
 """
 
 from __future__ import annotations

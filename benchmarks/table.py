@@ -52,9 +52,7 @@ def _throughput(report: Report, w: int) -> list[str]:
         lines.append(f"resident {fmt_gib(mem)}")
         lines.append(f"  {'spawner':<{w}}" + "".join(f"  {str(t) + ' thr':>12}" for t in threads))
         for s in report.spawners:
-            cells = ["-" if c is None else f"{c[0]:.0f}"
-                     + (f" x{c[1]:.2f}" if c[1] is not None else "")
-                     for c in throughput_cells(report, mem, s.id)]
+            cells = throughput_cells(report, mem, s.id, " x{:.2f}")
             lines.append(f"  {s.id:<{w}}" + "".join(f"  {c:>12}" for c in cells))
     return lines
 
@@ -87,9 +85,8 @@ def render_table(report: Report) -> str:
     lines += ["", "Targets (figures, not assertions):"]
     nw = max((len(t.name) for t in report.targets), default=0)
     for t in report.targets:
-        fig = fmt_figure(t)
         want = f"(want {t.op} {t.threshold:g})"
-        lines.append(f"  {t.name:<{nw}}  {fig:>6} {want:<14}  "
+        lines.append(f"  {t.name:<{nw}}  {fmt_figure(t):>6} {want:<14}  "
                      f"{verdict(t).upper():<12}  {t.note}")
 
     spread = noisy_floor(report)
