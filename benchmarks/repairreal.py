@@ -16,17 +16,18 @@ from typing import Any
 from rdmaspawn._host.interpreter import python_command
 
 from .numbers import log
-from .workers import FORKSHAPE, Worker, take_turns
+from .workers import Worker, take_turns
 
 VARIANTS = ("marked", "repaired", "unmarked", "swept", "loaded")
 DEFAULT_VARIANTS = VARIANTS[:3]
 REPAIRING = ("repaired", "swept")  # the columns a kernel that refuses has none of
 MIB = 1 << 20
 
-# What both workers share: forkshape.py's mappings(), libibverbs through ctypes,
-# the device's first protection domain, the /proc readers. RDMAV_FORK_SAFE is
-# set by the parent, before libibverbs is loaded (its constructor reads it).
-VERBS = FORKSHAPE + r"""
+# What both workers share: libibverbs through ctypes, the device's first
+# protection domain, the /proc readers (not forkshape.py's: its mmap import
+# would map one more library into the fork it times). RDMAV_FORK_SAFE is set
+# by the parent, before libibverbs is loaded (its constructor reads it).
+VERBS = r"""
 import ctypes, json, os, sys, time
 vp, sz = ctypes.c_void_p, ctypes.c_size_t
 verbs = ctypes.CDLL("libibverbs.so.1", use_errno=True)
@@ -59,6 +60,9 @@ def register(address, length):
     if not mr:
         sys.exit(f"ibv_reg_mr({length}): {os.strerror(ctypes.get_errno())}")
     return mr
+def mappings():
+    with open("/proc/self/maps", "rb") as f:
+        return f.read().count(b"\n")
 def dc_bytes(lo, hi):
     # Bytes of [lo, hi) in mappings smaps flags dc (MADV_DONTFORK).
     total = start = end = 0
