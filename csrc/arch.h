@@ -1,10 +1,8 @@
 /*
- * What the platform gives the child: raw system calls (rs_sys1..rs_sys4,
- * which return -errno and never touch errno) and the clone3() entry
- * (rs_clone3_entry, with RS_DEFINE_CLONE3_ENTRY). Both are written per
- * architecture in arch/; there is no generic fallback, because the child
- * cannot make a system call without them, so any other architecture stops
- * here. A new one needs both (the glibc clone() path uses the first only).
+ * Per architecture (arch/): raw system calls (rs_sys1..rs_sys5, which return
+ * -errno and never touch errno) and the clone3() entry (rs_clone3_entry, with
+ * RS_DEFINE_CLONE3_ENTRY). No generic fallback: the child cannot make a
+ * system call without them, so any other architecture stops here.
  */
 #ifndef RS_ARCH_H
 #define RS_ARCH_H

@@ -145,21 +145,16 @@ static long close_by_proc(const struct rs_request *r)
     }
 }
 
-struct rs_rlimit64 {
-    uint64_t cur;
-    uint64_t max;
-};
-
 /* Last resort (no /proc): every fd below the bound, given or RLIMIT_NOFILE. */
 static void close_by_loop(const struct rs_request *r)
 {
     long max_fd = r->max_fd;
     if (max_fd <= 0) {
-        struct rs_rlimit64 rl;
+        uint64_t rl[2];     /* soft, hard */
         max_fd = 1 << 20;
-        if (rs_sys4(SYS_prlimit64, 0, RLIMIT_NOFILE, 0, (long)&rl) == 0 &&
-            rl.cur < (uint64_t)max_fd)
-            max_fd = (long)rl.cur;
+        if (rs_sys4(SYS_prlimit64, 0, RLIMIT_NOFILE, 0, (long)rl) == 0 &&
+            rl[0] < (uint64_t)max_fd)
+            max_fd = (long)rl[0];
     }
     for (int fd = 3; fd < max_fd; fd++)
         if (!is_kept(r, fd))
@@ -203,9 +198,8 @@ int rs_child_main(void *arg)
     int step;
     if (setup && (rc = rs_setup_signals(setup, &step)) < 0)
         return fail(c, step, rc);
-    rc = rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK,
-                 (long)(setup ? rs_setup_mask(setup, &c->mask) : &c->mask), 0,
-                 sizeof(uint64_t));
+    long mask = setup && setup->set_signal_mask ? (long)&setup->signal_mask : (long)&c->mask;
+    rc = rs_sys4(SYS_rt_sigprocmask, SIG_SETMASK, mask, 0, sizeof(uint64_t));
     if (rc < 0)
         return fail(c, RS_STEP_SIGNALS, rc);
 
@@ -260,8 +254,6 @@ int rs_child_main(void *arg)
     if (r->set_uid &&
         (rc = rs_sys2(SYS_setreuid, r->uid, r->uid)) < 0)
         return fail(c, RS_STEP_SETUID, rc);
-    /* A preexec_fn's steps run as the new user, as under CPython: what it
-     * may not do (a lower nice value) is refused as it would be there. */
     if (setup && setup->early_after_ids &&
         (rc = rs_setup_early(setup, c->in_cgroup, &step)) < 0)
         return fail(c, step, rc);

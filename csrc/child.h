@@ -2,10 +2,8 @@
 #ifndef RS_CHILD_H
 #define RS_CHILD_H
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "arch.h"
 #include "rdmaspawn.h"
 
 /*
@@ -35,9 +33,8 @@ struct rs_child {
     int in_cgroup;              /* clone3 placed it in req->setup's cgroup */
     /* Written by the child only, read by the parent only after the child has
      * exec'd or exited (CLONE_VFORK): no other synchronisation is needed.
-     * shared is a slot of a MAP_SHARED page (NULL if none could be mapped),
-     * written as well as report: it reaches the parent where CLONE_VM is
-     * emulated by a fork (valgrind), report does not (see spawn.c). */
+     * shared (report.c; NULL if none) is written too, for where CLONE_VM is
+     * emulated by a fork (spawn.c). */
     struct rs_report report;
     struct rs_report *shared;
     uint64_t spawn_id;          /* our pid and a count: unique to this spawn */
@@ -55,8 +52,7 @@ extern size_t rs_child_stack_used;
 extern char *rs_child_stack_last;
 #endif
 
-/* report.c: a MAP_SHARED slot for one spawn (NULL if none), giving it back,
- * and an id for the spawn. Parent side only. */
+/* report.c, parent side only: a slot for one spawn, and an id for it. */
 #define RS_HIDDEN __attribute__((visibility("hidden")))
 struct rs_report *rs_take_report_slot(void) RS_HIDDEN;
 void rs_give_report_slot(struct rs_report *slot) RS_HIDDEN;

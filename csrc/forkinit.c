@@ -121,11 +121,8 @@ static int status_of(void *h)
     case IBV_FORK_ENABLED:
         return RS_FORK_ENABLED;
     case IBV_FORK_UNNEEDED:
-        /* "Unneeded" only if nothing is marked; unknown counts as marked.
-         * Read from smaps, never by asking the library to mark a probe range:
-         * where its protection is off, ibv_dontfork_range() sets rdma-core
-         * 35-50's too_late flag, and a later ibv_fork_init() (UCX's, NCCL's)
-         * then fails with EINVAL. */
+        /* "Unneeded" only if nothing is marked; unknown counts as marked
+         * (forkprobe.c: why smaps, never a probe range). */
         return rs_dontfork_anywhere() == 0 ? RS_FORK_UNNEEDED : RS_FORK_ENABLED;
     default:
         return RS_FORK_DISABLED;

@@ -15,8 +15,6 @@
 
 #include "rdmaspawn.h"
 
-/* From /proc/self/smaps: 1 if any mapping that is not device memory is "dc"
- * (MADV_DONTFORK), 0 if none is, -1 if smaps cannot be read. */
 int rs_dontfork_anywhere(void)
 {
     FILE *f = fopen("/proc/self/smaps", "re");

@@ -81,11 +81,8 @@ struct rs_rlimit {
     unsigned long long hard;
 };
 
-/*
- * The child's declarative setup: what launchers use preexec_fn for, done
- * with raw system calls in the CLONE_VM child (setup.c). Every field is
- * optional. Signal sets are bit masks, bit (sig - 1) for signal sig.
- */
+/* The child's declarative setup (setup.c). Every field is optional. Signal
+ * sets are bit masks, bit (sig - 1) for signal sig. */
 struct rs_setup {
     int session;                /* enum rs_session */
     int set_pgid;
@@ -167,13 +164,9 @@ struct rs_result {
     int exec_index;             /* RS_STEP_EXEC: the exec_list entry its errno is about */
 };
 
-/*
- * rs_request.envp == NULL hands the child glibc's environ as it is, which is
- * only safe if no thread can setenv() or unsetenv() until rs_spawn() returns
- * (they reallocate and free the array). The Python binding never does that:
- * it copies the array with the GIL held (csrc/python/environ.c) and passes
- * the copy.
- */
+/* rs_request.envp == NULL hands the child glibc's environ as it is: safe only
+ * if no thread can setenv() or unsetenv() (which free the array) until
+ * rs_spawn() returns. The Python binding passes a copy (python/environ.c). */
 extern char **environ;
 
 /* Start a child. Returns 0 on success, else the errno (also in res->err). */
@@ -192,19 +185,13 @@ enum rs_clone_path {
 };
 int rs_clone_path(void);
 
-/* From now on every spawn of this process starts its child with glibc
- * clone(), as where the kernel refuses clone3(): the Python binding calls it
- * when RDMASPAWN_CLONE=clone, so that tests and CI run the fallback on
- * kernels that have clone3(). There is no way back (spawning threads may
- * already be on the fallback). */
+/* Every later spawn of this process uses glibc clone(), as where clone3() is
+ * refused (RDMASPAWN_CLONE=clone: tests and CI run the fallback). No way
+ * back: spawning threads may already be on it. */
 void rs_force_clone_fallback(void);
 
 /* A short name for a step: "dup2", "chdir", "execve", ... */
 const char *rs_step_name(int step);
-
-/* Fill out[0..n-1] with pointers to the n NUL-terminated strings that lie
- * back to back in blob, and out[n] with NULL. */
-void rs_split_blob(const char *blob, int n, char **out);
 
 /* Flags of rs_spawn_packed(). */
 enum rs_flags {
@@ -239,10 +226,8 @@ enum rs_fork_state {
     RS_FORK_ENABLED = 2,        /* registrations are marked MADV_DONTFORK */
     RS_FORK_UNNEEDED = 3,       /* the kernel copies pinned pages at fork and
                                    the library marks nothing */
-    RS_FORK_UNKNOWN = 4         /* the library cannot say (no
-                                   ibv_is_fork_initialized, rdma-core < 35)
-                                   and nothing shows it: ibv_fork_init() may
-                                   have run elsewhere, nothing registered yet */
+    RS_FORK_UNKNOWN = 4         /* no ibv_is_fork_initialized (rdma-core < 35)
+                                   and nothing shows it (forkinit.c) */
 };
 
 /* Both return an enum rs_fork_state and write the library's path into
@@ -272,12 +257,8 @@ void rs_repair_stats(struct rs_repair_stats *out);
 int rs_repair_exact(unsigned long lo, unsigned long hi);
 
 /* unmark.c: 1 if a mapping of `path` (with VM_IO or VM_PFNMAP: io_or_pfnmap)
- * is memory the kernel or a driver mapped and marked for itself: those flags,
- * a block device, a character device other than the memory devices (major
- * 1), a path under /dev that cannot be looked at, or a kernel pseudo-mapping
- * ([vvar], [vdso], anon_inode:[perf_event], ...); 0 if it is memory a program
- * holds data in (anonymous, named anonymous, the heap, a stack, a file, tmpfs,
- * hugetlbfs under any name, /dev/zero's, a deleted file). */
+ * is memory the kernel or a driver mapped and marked for itself, 0 if it is
+ * memory a program holds data in (unmark.c has the rule). */
 int rs_driver_mapping(const char *path, int io_or_pfnmap);
 
 /* marker.c: map a page of a memfd called `name` in place of the slot's

@@ -1,12 +1,9 @@
 /*
- * MAP_SHARED report slots: where the child's verdict reaches the parent when
- * CLONE_VM is emulated by a fork (see the table at the top of spawn.c).
- *
- * One page for the whole process, one slot per spawn in flight: one mapping
- * slot of vm.max_map_count, mapped at the first spawn and retried by later
- * ones if that failed. Without it a spawn still works and reports on a real
- * kernel; only an emulator would lose errors. The page is shared with
- * fork()ed copies of the process too, hence the spawn ids.
+ * MAP_SHARED report slots, for where CLONE_VM is emulated by a fork (spawn.c's
+ * table). One page for the whole process (one slot of vm.max_map_count),
+ * mapped at the first spawn and retried by later ones if that failed: without
+ * it only an emulator would lose errors. The page is shared with fork()ed
+ * copies of the process too, hence the spawn ids.
  */
 #define _GNU_SOURCE
 #include <stddef.h>
@@ -63,8 +60,7 @@ unsigned long rs_spawn_count(void)
     return __atomic_load_n(&spawn_count, __ATOMIC_RELAXED);
 }
 
-/* Our pid and a count: no other spawn of this process, nor of a fork()ed
- * copy sharing the page, has the same id. */
+/* Unique to this spawn, among fork()ed copies sharing the page too. */
 uint64_t rs_new_spawn_id(void)
 {
     return (uint64_t)getpid() << 32 |

@@ -3,12 +3,11 @@
  * with raw system calls in the CLONE_VM child (the rules of child.c apply:
  * no libc wrappers, no errno, nothing written that the parent owns).
  *
- * child.c calls these at four points; the order is the one that is right
- * for privileges:
+ * child.c calls these at three points (and execs with the setup's signal
+ * mask); the order is the one that is right for privileges:
  *   1. rs_setup_signals(), with the handlers reset and before the mask is
  *      restored: ignore_signals -> SIG_IGN, default_signals -> SIG_DFL.
- *   2. rs_setup_mask(): the mask the child runs and execs with.
- *   3. rs_setup_early(), after the request's setsid/setpgid and before the
+ *   2. rs_setup_early(), after the request's setsid/setpgid and before the
  *      ids change, so that a limit or a priority a dropped user may not set
  *      still can be: the setup's own session and group (after the request's,
  *      as CPython calls preexec_fn after start_new_session and process_group,
@@ -17,7 +16,7 @@
  *      rlimits, nice, ioprio, CPU affinity. With early_after_ids (a
  *      preexec_fn's steps) right after the ids change instead, where CPython
  *      calls preexec_fn, so that the same value is refused the same way.
- *   4. rs_setup_late(), after the ids change: no_new_privs, then the death
+ *   3. rs_setup_late(), after the ids change: no_new_privs, then the death
  *      signal, last, because the kernel clears it on a credential change
  *      (prctl(2), PR_SET_PDEATHSIG). If the parent died before the prctl,
  *      the child was reparented and nobody will send the signal: getppid()
@@ -54,29 +53,11 @@ long rs_setup_signals(const struct rs_setup *s, int *step)
     return 0;
 }
 
-const uint64_t *rs_setup_mask(const struct rs_setup *s, const uint64_t *inherited)
-{
-    return s->set_signal_mask ? (const uint64_t *)&s->signal_mask : inherited;
-}
-
 /* "0" in cgroup.procs moves the writer: no pid to format. */
 static long join_cgroup(int procs_fd)
 {
     long rc = rs_sys3(SYS_write, procs_fd, (long)"0", 1);
     return rc < 0 ? rc : 0;
-}
-
-/* As the user the child is now, as CPython's preexec_fn would: the parent's
- * open file would carry the parent's permission (Linux 5.16+ checks the
- * opener's credentials for cgroup.procs). */
-static long join_cgroup_at(const char *procs_path)
-{
-    long fd = rs_sys4(SYS_openat, AT_FDCWD, (long)procs_path, O_WRONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return fd;
-    long rc = join_cgroup((int)fd);
-    rs_sys1(SYS_close, fd);
-    return rc;
 }
 
 /* nice(2): relative to the current value; getpriority returns 20 - nice. */
@@ -90,23 +71,15 @@ static long add_nice(int increment)
     return rc == -EACCES ? -EPERM : rc;
 }
 
-/* setsid(), or nothing where "new" and the child leads its session already. */
-static long new_session(int session)
-{
-    if (session == RS_SESSION_NEW &&
-        rs_sys1(SYS_getsid, 0) == rs_sys1(SYS_getpid, 0))
-        return 0;
-    long rc = rs_sys1(SYS_setsid, 0);
-    return rc < 0 ? rc : 0;
-}
-
 long rs_setup_early(const struct rs_setup *s, int in_cgroup, int *step)
 {
     long rc;
 
-    if (s->session != RS_SESSION_KEEP) {
+    /* "new" does nothing where the child leads its session already. */
+    if (s->session != RS_SESSION_KEEP && !(s->session == RS_SESSION_NEW
+                                           && rs_sys1(SYS_getsid, 0) == rs_sys1(SYS_getpid, 0))) {
         *step = RS_STEP_SETUP_SETSID;
-        if ((rc = new_session(s->session)) < 0)
+        if ((rc = rs_sys1(SYS_setsid, 0)) < 0)
             return rc;
     }
     if (s->set_pgid) {
@@ -119,9 +92,18 @@ long rs_setup_early(const struct rs_setup *s, int in_cgroup, int *step)
         if ((rc = join_cgroup(s->cgroup_procs_fd)) < 0)
             return rc;
     }
+    /* Opened as the user the child is now, as CPython's preexec_fn would:
+     * the parent's open file would carry the parent's permission (Linux
+     * 5.16+ checks the opener's credentials for cgroup.procs). */
     if (s->cgroup_procs_path) {
         *step = RS_STEP_CGROUP;
-        if ((rc = join_cgroup_at(s->cgroup_procs_path)) < 0)
+        long fd = rs_sys4(SYS_openat, AT_FDCWD, (long)s->cgroup_procs_path,
+                          O_WRONLY | O_CLOEXEC, 0);
+        if (fd < 0)
+            return fd;
+        rc = join_cgroup((int)fd);
+        rs_sys1(SYS_close, fd);
+        if (rc < 0)
             return rc;
     }
     if (s->ctty_fd >= 0) {

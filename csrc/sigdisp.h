@@ -20,8 +20,7 @@ struct rs_ksigaction {
     uint64_t mask;
 };
 
-/* sig's disposition set to handler (SIG_DFL, SIG_IGN) with a raw system
- * call, as the child must: 0, or a negative errno. */
+/* handler is SIG_DFL or SIG_IGN: 0, or a negative errno. */
 static inline long rs_set_disposition(int sig, void (*handler)(int))
 {
     struct rs_ksigaction act = { handler, 0, 0, 0 };

@@ -94,25 +94,18 @@ long rs_clone3_entry(struct rs_clone_args *args, size_t size,
                      int (*fn)(void *), void *arg)
     __attribute__((visibility("hidden")));
 
-/* 1: clone3() with CLONE_CLEAR_SIGHAND works; -1: it does not (old kernel,
- * or a seccomp filter that answers ENOSYS); -2: not to be used
- * (rs_force_clone_fallback()); 0: not tried yet. Every thread may race to
- * find out; they all reach the same answer. */
-static int clone3_state;
+/* An enum rs_clone_path. Every thread may race to find out; they all reach
+ * the same answer. */
+static int clone_path;
 
 void rs_force_clone_fallback(void)
 {
-    __atomic_store_n(&clone3_state, -2, __ATOMIC_RELAXED);
+    __atomic_store_n(&clone_path, RS_PATH_CLONE_FORCED, __ATOMIC_RELAXED);
 }
 
 int rs_clone_path(void)
 {
-    switch (__atomic_load_n(&clone3_state, __ATOMIC_RELAXED)) {
-    case 1: return RS_PATH_CLONE3;
-    case -1: return RS_PATH_CLONE_REFUSED;
-    case -2: return RS_PATH_CLONE_FORCED;
-    default: return RS_PATH_UNTRIED;
-    }
+    return __atomic_load_n(&clone_path, __ATOMIC_RELAXED);
 }
 
 static const char *const step_names[] = {
@@ -151,15 +144,6 @@ const char *rs_step_name(int step)
     return step_names[step];
 }
 
-void rs_split_blob(const char *blob, int n, char **out)
-{
-    for (int i = 0; i < n; i++) {
-        out[i] = (char *)blob;
-        blob += strlen(blob) + 1;
-    }
-    out[n] = NULL;
-}
-
 static long clone_with_clone3(struct rs_child *c, char *stack, size_t size,
                               int want_pidfd, int *pidfd)
 {
@@ -172,13 +156,11 @@ static long clone_with_clone3(struct rs_child *c, char *stack, size_t size,
     args.stack = (uint64_t)(uintptr_t)stack;
     args.stack_size = size;
     c->handlers_cleared = 1;
-    const struct rs_setup *setup = c->req->setup;
-    if (c->in_cgroup) {
-        args.flags |= RS_CLONE_INTO_CGROUP;
-        args.cgroup = (uint64_t)setup->cgroup_fd;
-        return rs_clone3_entry(&args, sizeof args, rs_child_main, c);
-    }
-    return rs_clone3_entry(&args, RS_CLONE_ARGS_SIZE_VER0, rs_child_main, c);
+    if (!c->in_cgroup)
+        return rs_clone3_entry(&args, RS_CLONE_ARGS_SIZE_VER0, rs_child_main, c);
+    args.flags |= RS_CLONE_INTO_CGROUP;
+    args.cgroup = (uint64_t)c->req->setup->cgroup_fd;
+    return rs_clone3_entry(&args, sizeof args, rs_child_main, c);
 }
 
 /* glibc's clone() runs fn on the given stack and exits with its value. */
@@ -201,32 +183,32 @@ static long start_child(struct rs_child *c, char *stack, size_t size,
                         int *pidfd, int *method)
 {
     const struct rs_request *r = c->req;
-    int state = __atomic_load_n(&clone3_state, __ATOMIC_RELAXED);
-    if (state >= 0 && !r->force_clone && r->setup && r->setup->cgroup_fd >= 0) {
+    int state = __atomic_load_n(&clone_path, __ATOMIC_RELAXED);
+    int try_clone3 = state <= RS_PATH_CLONE3 && !r->force_clone;
+    if (try_clone3 && r->setup && r->setup->cgroup_fd >= 0) {
         /* Straight into the cgroup; on any failure (Linux < 5.7, or a cgroup
          * that refuses) the child joins through cgroup.procs instead, and
          * reports the error of that. */
         c->in_cgroup = 1;
         long pid = clone_with_clone3(c, stack, size, r->want_pidfd, pidfd);
-        c->in_cgroup = 0;
         if (pid > 0) {
-            c->in_cgroup = 1;
             *method = RS_CLONE_CLONE3;
             return pid;
         }
+        c->in_cgroup = 0;
     }
-    if (state >= 0 && !r->force_clone) {
+    if (try_clone3) {
         long pid = clone_with_clone3(c, stack, size, r->want_pidfd, pidfd);
         if (pid != -ENOSYS && pid != -EINVAL && pid != -EPERM) {
-            if (state == 0 && pid > 0)
-                __atomic_compare_exchange_n(&clone3_state, &state, 1, 0,
+            if (state == RS_PATH_UNTRIED && pid > 0)
+                __atomic_compare_exchange_n(&clone_path, &state, RS_PATH_CLONE3, 0,
                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED);
             *method = RS_CLONE_CLONE3;
             return pid;
         }
         /* No clone3(), or none with CLONE_CLEAR_SIGHAND (Linux < 5.5); a
          * compare-exchange, so that a forced fallback stays forced. */
-        __atomic_compare_exchange_n(&clone3_state, &state, -1, 0,
+        __atomic_compare_exchange_n(&clone_path, &state, RS_PATH_CLONE_REFUSED, 0,
                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     }
     *method = RS_CLONE_CLONE;
@@ -234,25 +216,17 @@ static long start_child(struct rs_child *c, char *stack, size_t size,
 }
 
 /*
- * The child's stack: one per spawning thread, mapped on first use and kept,
- * with a guard page below it so that an overflow faults instead of
- * scribbling over whatever the parent mapped there. Reuse is safe: when
- * clone returns in the parent, the child has exec'd or exited and runs on it
- * no more. Keeping it saves an mmap, an mprotect, page faults and, worst, a
- * munmap that must shoot down the TLB of the CPU the child ran on.
+ * The guard page below a stack makes an overflow fault instead of scribbling
+ * over whatever the parent mapped there. Reuse is safe: when clone returns in
+ * the parent, the child has exec'd or exited. Keeping a thread's stack, and
+ * an exited thread's for the next one, saves a spawn an mmap, an mprotect,
+ * page faults and a munmap's TLB shootdown (docs/benchmark.md has the cost).
+ * A spare slot is filled with a CAS and emptied with an exchange: no lock, so
+ * a fork() at any moment leaves none held, and no slot goes to two threads.
  */
 static pthread_key_t stack_key;
 static pthread_once_t stack_once = PTHREAD_ONCE_INIT;
 static size_t stack_total;
-
-/*
- * Stacks of threads that have exited, kept for the next threads that spawn.
- * Mapping a stack for a new thread and unmapping it when the thread exits
- * would add an mmap and a munmap, with its TLB shootdown, to each spawn of a
- * short-lived thread (docs/benchmark.md has the cost). Each slot is filled with a CAS and
- * emptied with an exchange: no lock, so a fork() at any moment leaves none
- * held, and a slot is never handed to two threads.
- */
 #define RS_SPARE_STACKS 16
 static char *spare_stacks[RS_SPARE_STACKS];
 
@@ -266,18 +240,6 @@ static void free_stack(void *map)
             return;
     }
     munmap(map, stack_total);
-}
-
-static char *take_spare_stack(void)
-{
-    for (int i = 0; i < RS_SPARE_STACKS; i++) {
-        if (__atomic_load_n(&spare_stacks[i], __ATOMIC_RELAXED)) {
-            char *map = __atomic_exchange_n(&spare_stacks[i], NULL, __ATOMIC_ACQUIRE);
-            if (map)
-                return map;
-        }
-    }
-    return NULL;
 }
 
 static void make_stack_key(void)
@@ -298,10 +260,14 @@ static char *thread_stack(int *owned)
     *owned = 0;
     if (stack_total && (map = pthread_getspecific(stack_key)) != NULL)
         return map + page;
-    if (stack_total && (map = take_spare_stack()) != NULL) {
+    for (int i = 0; stack_total && i < RS_SPARE_STACKS; i++) {
+        if (!__atomic_load_n(&spare_stacks[i], __ATOMIC_RELAXED)
+                || !(map = __atomic_exchange_n(&spare_stacks[i], NULL, __ATOMIC_ACQUIRE)))
+            continue;
         if (pthread_setspecific(stack_key, map) == 0)
             return map + page;
         free_stack(map);
+        break;
     }
     map = mmap(NULL, RS_CHILD_STACK_SIZE + page, PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -317,16 +283,14 @@ static char *thread_stack(int *owned)
 }
 
 /*
- * The fallback when no stack can be mapped: the child runs on a frame of
- * the calling thread's own stack, as a vfork() child runs on its parent's.
- * Chosen over a static spare stack because it needs no lock (spawning
- * threads do not queue behind each other, and a fork() taken while a lock
- * is held cannot leave it locked in the forked child), no memory that could
- * itself run out, and it sits above the thread's own guard. The region is
- * the parent's but unused until clone returns: this thread is suspended
- * (CLONE_VFORK) with every signal blocked, so no handler runs on it either.
- * On the main thread the frame may have to grow the stack, which a tight
- * RLIMIT_AS can refuse, as it can refuse vfork()'s child.
+ * A frame of the calling thread's own stack, as a vfork() child uses: chosen
+ * over a static spare stack because it needs no lock (spawning threads do
+ * not queue behind each other, and a fork() taken while a lock is held
+ * cannot leave it locked in the forked child), no memory that could itself
+ * run out, and it sits above the thread's own guard. The region is unused
+ * until clone returns: this thread is suspended (CLONE_VFORK) with every
+ * signal blocked. On the main thread the frame may have to grow the stack,
+ * which a tight RLIMIT_AS can refuse, as it can refuse vfork()'s child.
  */
 static __attribute__((noinline)) long run_on_callers_stack(struct rs_child *c,
                                                            int *pidfd, int *method)
@@ -362,22 +326,17 @@ static long run_on_mapped_stack(struct rs_child *c, char *stack, int *pidfd, int
 int rs_spawn(const struct rs_request *req, struct rs_result *res)
 {
     int saved_errno = errno;
-    struct rs_child c;
     uint64_t all = ~(uint64_t)0;
     int pidfd = -1, owned;
+    struct rs_child c = {
+        .req = req,
+        .envp = req->envp ? req->envp : environ,
+        .shared = rs_take_report_slot(),
+        .spawn_id = rs_new_spawn_id(),
+    };
 
-    res->pid = -1;
-    res->pidfd = -1;
-    res->err = 0;
-    res->step = RS_STEP_NONE;
-    res->clone_method = RS_CLONE_NONE;
-    res->exec_index = 0;
-
-    memset(&c, 0, sizeof c);
-    c.req = req;
-    c.envp = req->envp ? req->envp : environ;
-    c.shared = rs_take_report_slot();
-    c.spawn_id = rs_new_spawn_id();
+    *res = (struct rs_result){ .pid = -1, .pidfd = -1, .step = RS_STEP_NONE,
+                               .clone_method = RS_CLONE_NONE };
     char *stack = thread_stack(&owned);
 
     /* Block everything, glibc's SIGCANCEL and SIGSETXID too (hence the raw

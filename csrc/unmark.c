@@ -187,24 +187,17 @@ static void decide(struct sweep *s, const struct rs_vma *next)
 {
     const struct rs_vma *m = &s->held;
     unsigned long page = s->page;
-    switch (action_for(m, s->have_prev ? &s->prev : NULL, next, page)) {
-    case KEEP:
+    enum action a = action_for(m, s->have_prev ? &s->prev : NULL, next, page);
+    if (a == KEEP)
         return;
-    case WHOLE:
+    if (a == WHOLE || m->hi - m->lo <= 2 * page) {
         if (dofork(m->lo, m->hi) == 0)
             s->unmarked++;
-        return;
-    case EDGES:
-        if (m->hi - m->lo <= 2 * page) {
-            if (dofork(m->lo, m->hi) == 0)
-                s->unmarked++;
-        } else if (dofork(m->lo, m->lo + page) == 0 && dofork(m->hi - page, m->hi) == 0) {
-            /* What is left is the inner pages of what was marked: the
-             * repair's own from now on (the guard does not count them). */
-            rs_exact_remember(m->lo + page, m->hi - page);
-            s->unmarked++;
-        }
-        return;
+    } else if (dofork(m->lo, m->lo + page) == 0 && dofork(m->hi - page, m->hi) == 0) {
+        /* What is left is the inner pages of what was marked: the
+         * repair's own from now on (the guard does not count them). */
+        rs_exact_remember(m->lo + page, m->hi - page);
+        s->unmarked++;
     }
 }
 

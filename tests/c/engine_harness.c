@@ -779,11 +779,6 @@ static void test_threads(void)
 
 static void test_misc(void)
 {
-    const char blob[] = "ab\0\0cde";
-    char *out[4] = { "x", "x", "x", "x" };
-    rs_split_blob(blob, 3, out);
-    CHECK(!strcmp(out[0], "ab") && !strcmp(out[1], "") && !strcmp(out[2], "cde") &&
-          out[3] == NULL, "rs_split_blob");
     CHECK(!strcmp(rs_step_name(RS_STEP_RLIMIT), "setrlimit") &&
           !strcmp(rs_step_name(RS_STEP_PDEATHSIG), "prctl") &&
           !strcmp(rs_step_name(RS_STEP_SETUP_SETSID), "setsid") &&
