@@ -1,30 +1,26 @@
 """Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
 
 :func:`guard` wraps ``os.fork``, ``os.forkpty`` and fork_exec's names
-(``rdmaspawn.dropin.cpython.fork_exec_places()``, only for the calls that
-really fork: ``cpython``'s to say). Where a fork() child would trip on
-``MADV_DONTFORK`` memory (the doctor's rule, ``_host.forkrisk``) it warns
-with :class:`ForkHazardWarning` or raises :class:`ForkHazardError` (no child
-is left). ``os.fork`` forks with its child held before it runs
-(``csrc/forkwatch.c``) and compares the kernel's ``total_vm`` of both, which
+(``rdmaspawn.dropin.cpython.fork_exec_places()``, for the calls that really
+fork). Where a fork() child would trip on ``MADV_DONTFORK`` memory (the
+doctor's rule, ``_host.forkrisk``) it warns with :class:`ForkHazardWarning`
+or raises :class:`ForkHazardError` (no child is left). ``os.fork`` forks
+with its child held and compares the kernel's ``total_vm`` of both, which
 costs the same at any number of mappings; only where they differ is smaps
-read (:mod:`.forklook`, :mod:`.devicememo`). ``fork_exec`` forks and execs
-in one C call, so smaps is read before it.
+read (:mod:`.forklook`). ``fork_exec`` forks and execs in one C call, so
+smaps is read before it.
 
-Every wrapper sets ``__wrapped__`` to what it replaced and looks it up at
-each call, so :func:`unguard` can put back what it replaced or splice ours
-out of a chain; failing both, ours stays there as a pass-through. A
-``fork_exec`` replacement that forks only for a ``preexec_fn`` (the
-engine's) says so with ``__rdmaspawn__`` or
-``__rdmaspawn_forks_only_for_preexec_fn__`` (or by living under
-``rdmaspawn``), and only such calls are checked.
+Every wrapper sets ``__wrapped__`` and looks it up at each call, so
+:func:`unguard` can put back what it replaced or splice ours out of a
+chain; failing both, ours stays as a pass-through. A ``fork_exec`` that
+forks only for a ``preexec_fn`` (the engine's) says so with
+``__rdmaspawn__`` or ``__rdmaspawn_forks_only_for_preexec_fn__`` (or by
+living under ``rdmaspawn``), and only such calls are checked.
 
 ``RDMASPAWN=on`` loads this module into every interpreter at its first fork
-(start-up's stand-ins, ``rdmaspawn._startup.standin``, which each function
-here that reads or changes the guard's state first lets give way), so it
-imports nothing start-up has not loaded; the rest comes at a fork or a
-spawn. At shutdown those imports fail: the fork goes ahead unlooked, as
-after any failed look.
+(``rdmaspawn._startup.standin``, whose stand-ins each function here first
+lets give way), so it imports nothing start-up has not loaded. At shutdown
+the imports of a look fail: the fork goes ahead unlooked.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -46,13 +42,7 @@ if TYPE_CHECKING:
 
     from .._host.procfs import Mapping
 
-__all__ = [
-    "ForkHazardError",
-    "ForkHazardWarning",
-    "guard",
-    "is_guarded",
-    "unguard",
-]
+__all__ = ["ForkHazardError", "ForkHazardWarning", "guard", "is_guarded", "unguard"]
 
 
 class _WithMappings(Exception):
@@ -77,19 +67,16 @@ _installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
 def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
-    """Refuse the fork or warn if the process holds DONTFORK memory a child trips on.
-
-    Before the fork (``left_out`` None), or with its child held lacking
-    ``left_out`` pages (-1: unknown). ``passed``: stand-ins' frames between
-    the wrapper and its caller; the warning names the frame ``4 + passed`` up.
-    """
+    """Refuse the fork or warn if the process holds DONTFORK memory a child trips on:
+    before the fork (``left_out`` None), or with its child held lacking ``left_out``
+    pages (-1: unknown). The warning names the frame ``4 + passed`` up (``passed``:
+    stand-ins' frames between the wrapper and its caller)."""
     mode = _mode
     if mode is None:
         return
     try:
-        # Imported here, at a fork, so the import is part of the look: one
-        # that fails (no descriptor, no sys.meta_path at shutdown) is a
-        # failed look too, and a failed look never blocks a fork.
+        # Imported at a fork: an import that fails (no descriptor, shutdown) is a
+        # failed look, and a failed look never blocks a fork.
         from . import forklook
 
         maps = (forklook.hazards_now() if left_out is None
@@ -107,8 +94,8 @@ def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
 
 
 def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
-    """held_fork's decide() (csrc/python/heldfork.c), called only where the
-    parent's and the child's total_vm differ: raising kills the child unrun."""
+    """held_fork's decide() (csrc/python/heldfork.c), called where the parent's and
+    the child's total_vm differ: raising kills the child unrun."""
     del pid  # the child: held_fork deals with it
     _look(what, passed, left_out)
 
@@ -120,10 +107,8 @@ def _before(what: str, passed: int) -> None:
 
 
 def _is_engine(fn: "Any") -> bool:
-    if getattr(fn, "__rdmaspawn__", False):
-        return True
     module = getattr(fn, "__module__", None) or ""
-    return module == "rdmaspawn" or module.startswith("rdmaspawn.")
+    return bool(getattr(fn, "__rdmaspawn__", False)) or (module + ".").startswith("rdmaspawn.")
 
 
 def _as_wrapper(wrapper: "Any", original: "Any") -> None:
@@ -131,11 +116,7 @@ def _as_wrapper(wrapper: "Any", original: "Any") -> None:
     for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
                  "__type_params__"):
         try:
-            value = getattr(original, attr)
-        except AttributeError:
-            continue
-        try:
-            setattr(wrapper, attr, value)
+            setattr(wrapper, attr, getattr(original, attr))
         except (AttributeError, TypeError):
             pass
     wrapper.__wrapped__ = original
@@ -185,13 +166,11 @@ def _held_fork() -> "Any":
     if _held is _NOT_LOADED:
         try:
             from .._native import capi
-        except OSError as exc:  # no descriptor or memory left to load it: try again next time
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        except (OSError, ImportError) as exc:
+            # No descriptor or memory left to load it, or shutdown: not for good.
+            if (getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+                    or sys.meta_path is None):
                 return None
-            _held = None
-        except ImportError:
-            if sys.meta_path is None:
-                return None  # at shutdown: not for good, a later fork does not come
             _held = None
         else:
             _held = capi.held_fork
@@ -238,11 +217,8 @@ def guard(action: str = "warn") -> None:
     ``action="warn"`` issues :class:`ForkHazardWarning` and lets the fork go
     ahead; ``action="raise"`` raises :class:`ForkHazardError` instead of
     forking.  Calling it again changes the action; it never wraps twice.
-    Thread-safe; undo with :func:`unguard`.
-
-    fork_exec is wrapped once subprocess is imported (now, if it is): a
-    process that never spawns never loads it, and nothing reaches fork_exec
-    before that import (see ``after_subprocess``).
+    Thread-safe; undo with :func:`unguard`. fork_exec is wrapped once subprocess
+    is imported (now, if it is): a process that never spawns never loads it.
     """
     guard_forks(action)
     after_subprocess(guard_exec)
@@ -268,10 +244,8 @@ def guard_forks(action: str) -> None:
 
 
 def guard_below(standin: "Any", attr: str) -> None:
-    """Guard the calls of RDMASPAWN's stand-in of ``os.<attr>`` that someone
-    else's wrapper holds without ``__wrapped__`` (start-up could not take it
-    out): our wrapper goes under it, acting while the guard is on, and
-    unguard() leaves it there as a pass-through."""
+    """Guard the calls of RDMASPAWN's stand-in of ``os.<attr>`` that someone else's
+    wrapper holds without ``__wrapped__``: ours goes under it, a pass-through once unguarded."""
     with _lock:
         wrapper = _wrap_fork(standin.__wrapped__, f"os.{attr}()")
         standin.__wrapped__ = wrapper

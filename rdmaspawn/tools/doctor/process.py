@@ -37,11 +37,11 @@ _FORK_NOTES = {
 
 def mapped_libraries(pid: Pid) -> dict[str, str]:
     """Name -> path of the RDMA libraries, and rdmaspawn's engine, mapped in the process."""
+    names = dict(RDMA_LIBS, **{ENGINE_MODULE: "rdmaspawn engine"})
     try:
-        found = library_paths([p for p, _ in RDMA_LIBS] + [ENGINE_MODULE], pid)
+        found = library_paths(list(names), pid)
     except OSError:
         return {}
-    names = dict(RDMA_LIBS, **{ENGINE_MODULE: "rdmaspawn engine"})
     return {names[prefix]: path for prefix, path in found.items()}
 
 
