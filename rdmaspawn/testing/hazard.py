@@ -51,9 +51,8 @@ class Hazard:
     method: str
     #: Real path of the libibverbs that did it (``"verbs"``), else ``None``.
     library: str | None
-    #: First address marked (page aligned).
+    #: First address marked and bytes marked (whole pages).
     start: int
-    #: Bytes marked (whole pages).
     length: int
     #: Address of the malloc arena (``malloc_state``) left unmapped in a fork child.
     arena: int

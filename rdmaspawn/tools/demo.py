@@ -136,10 +136,8 @@ def _doctor_line(pid: int) -> str:
         return f"could not inspect ({e})"
     if report.ok:
         return "OK"
-    worst = next((f for f in report.findings if f.risk == "high"),
-                 report.findings[0] if report.findings else None)
-    if worst is None:
-        return report.verdict
+    # A HAZARD verdict has a finding a fork() trips on.
+    worst = next((f for f in report.findings if f.risk == "high"), report.findings[0])
     return f"{report.verdict} -- {worst.kind} at 0x{worst.mapping.start:x} ({worst.risk})"
 
 

@@ -11,11 +11,10 @@ read (:mod:`.forklook`). ``fork_exec`` forks and execs in one C call, so
 smaps is read before it.
 
 Every wrapper sets ``__wrapped__`` and looks it up at each call, so
-:func:`unguard` can put back what it replaced or splice ours out of a
-chain; failing both, ours stays as a pass-through. A ``fork_exec`` that
-forks only for a ``preexec_fn`` (the engine's) says so with
-``__rdmaspawn__`` or ``__rdmaspawn_forks_only_for_preexec_fn__`` (or by
-living under ``rdmaspawn``), and only such calls are checked.
+:func:`unguard` can splice ours out of a chain, or leave it as a pass-through.
+A ``fork_exec`` that forks only for a ``preexec_fn`` says so with
+``__rdmaspawn_forks_only_for_preexec_fn__`` (only those calls are checked);
+the engine's (``__rdmaspawn__``, or under ``rdmaspawn``) is not checked.
 
 ``RDMASPAWN=on`` loads this module into every interpreter at its first fork
 (``rdmaspawn._startup.standin``, whose stand-ins each function here first
@@ -66,11 +65,14 @@ _active: "set[Callable[..., Any]]" = set()
 _installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
-def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
+def _look(what: str, passed: int, pid: "int | None" = None,
+          left_out: "int | None" = None) -> None:
     """Refuse the fork or warn if the process holds DONTFORK memory a child trips on:
-    before the fork (``left_out`` None), or with its child held lacking ``left_out``
-    pages (-1: unknown). The warning names the frame ``4 + passed`` up (``passed``:
-    stand-ins' frames between the wrapper and its caller)."""
+    before the fork (held_fork's unheld(), or for a fork_exec), or as held_fork's
+    decide(pid, left_out) (csrc/python/heldfork.c), its child held lacking ``left_out``
+    pages (-1: unknown): raising kills the child unrun. Called from the wrapper, so the
+    warning names the frame ``3 + passed`` up (``passed``: stand-ins' frames between)."""
+    del pid  # the held child: held_fork deals with it
     mode = _mode
     if mode is None:
         return
@@ -90,20 +92,7 @@ def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
         raise ForkHazardError(msg, maps)
     import warnings
 
-    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4 + passed)
-
-
-def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
-    """held_fork's decide() (csrc/python/heldfork.c), called where the parent's and
-    the child's total_vm differ: raising kills the child unrun."""
-    del pid  # the child: held_fork deals with it
-    _look(what, passed, left_out)
-
-
-def _before(what: str, passed: int) -> None:
-    """Look before the fork: where held_fork cannot hold the child, or for a fork_exec."""
-    # A frame of its own, as _after_fork's: the warning stays on the caller's line.
-    _look(what, passed)
+    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=3 + passed)
 
 
 def _is_engine(fn: "Any") -> bool:
@@ -145,17 +134,16 @@ def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]
             return fork()
         held = _held_fork()
         if held is None:
-            _before(what, passed)
+            _look(what, passed)
             return fork()
-        return held(fork, _functools.partial(_after_fork, what, passed),
-                    _functools.partial(_before, what, passed))
+        look = _functools.partial(_look, what, passed)
+        return held(fork, look, look)
 
     _as_wrapper(guarded_fork, original)
     return guarded_fork
 
 
-# csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
-# _NOT_LOADED before, None where the C core cannot be loaded.
+# held_fork once loaded (at the first guarded fork), None where it cannot be.
 _NOT_LOADED: "Any" = object()
 _held: "Any" = _NOT_LOADED
 
@@ -184,7 +172,7 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
         if guarded_fork_exec in _active and not _is_engine(inner) and _forks(args, inner):
-            _before(what, 0)
+            _look(what, 0)
         return inner(*args, **kwargs)
 
     _as_wrapper(guarded_fork_exec, original)

@@ -79,7 +79,6 @@ def decide(facts: NodeFacts, env: Mapping[str, str], require_device: bool = Fals
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the export line or nothing; return 0 whatever happens."""
-    verbose = False
     try:
         parser = argparse.ArgumentParser(
             prog="rdmaspawn taskprolog",
@@ -91,8 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             help=f"affected only where an RDMA device exists ({RDMA_DEVICES_DIR})")
         parser.add_argument("-v", "--verbose", action="store_true",
                             help="say on stderr what was decided and why")
-        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-        verbose = ns.verbose
+        ns = parser.parse_args(argv)
         decision = decide(node_facts(), os.environ, ns.require_device)
         if decision.export:
             sys.stdout.write(EXPORT_LINE + "\n")
@@ -105,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"rdmaspawn taskprolog: rdmaspawn left off: cannot decide "
                          f"({type(e).__name__}: {e})\n")
         return 0
-    if verbose:
+    if ns.verbose:
         sys.stderr.write(f"rdmaspawn taskprolog: {'on' if decision.export else 'left off'}: "
                          f"{decision.reason}\n")
     return 0
