@@ -171,22 +171,18 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
-        if guarded_fork_exec in _active and not _is_engine(inner) and _forks(args, inner):
-            _look(what, 0)
+        if guarded_fork_exec in _active and not _is_engine(inner):
+            try:
+                from .forklook import fork_exec_forks
+            except (ImportError, OSError):  # a failed look (at shutdown, say): go ahead
+                return inner(*args, **kwargs)
+            if fork_exec_forks(args, bool(getattr(
+                    inner, "__rdmaspawn_forks_only_for_preexec_fn__", False))):
+                _look(what, 0)
         return inner(*args, **kwargs)
 
     _as_wrapper(guarded_fork_exec, original)
     return guarded_fork_exec
-
-
-def _forks(args: "tuple[Any, ...]", inner: "Any") -> bool:
-    """Whether this call of ``inner`` (a fork_exec) will fork() (see the module docstring)."""
-    try:
-        from .forklook import fork_exec_forks
-    except (ImportError, OSError):
-        return False  # a failed look (at shutdown, say): the call goes ahead, as unguarded
-    return fork_exec_forks(args, bool(getattr(inner, "__rdmaspawn_forks_only_for_preexec_fn__",
-                                              False)))
 
 
 if TYPE_CHECKING:
