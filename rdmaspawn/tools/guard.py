@@ -273,14 +273,11 @@ def _install(targets: "list[_Target]") -> None:
             # Still on top, or still in someone else's chain and acting.
             _active.add(mine)
             continue
-        if getattr(current, _MARK, False):
-            _active.add(current)  # one of ours put back by someone's undo
-            _installed[key] = current
-            continue
-        wrapper = wrap(current, what)
-        setattr(module, attr, wrapper)
-        _installed[key] = wrapper
-        _active.add(wrapper)
+        if not getattr(current, _MARK, False):  # else one of ours put back by someone's undo
+            current = wrap(current, what)
+            setattr(module, attr, current)
+        _installed[key] = current
+        _active.add(current)
 
 
 def unguard() -> None:
@@ -293,11 +290,10 @@ def unguard() -> None:
         if _mode is not None:
             _marker(None)
         _mode = None
-        for key, mine in list(_installed.items()):
-            module_name, attr = key
+        for (module_name, attr), mine in list(_installed.items()):
             _active.discard(mine)
             if _wrapping.splice_out(sys.modules[module_name], attr, mine):
-                del _installed[key]
+                del _installed[module_name, attr]
             # else: someone wrapped ours and calls it directly; it stays in
             # their chain as a pass-through.
 

@@ -2,8 +2,7 @@
 
 A command line, a file name or an environment value is whoever started that
 process's: printed raw, its control codes could retitle root's terminal or
-erase a HAZARD line. The text outputs escape every non-printable character;
-``--json`` needs nothing (json.dumps escapes control characters).
+erase a HAZARD line (``--json`` needs nothing: json.dumps escapes them).
 """
 
 from __future__ import annotations

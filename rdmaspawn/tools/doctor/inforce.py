@@ -53,16 +53,13 @@ class InForce:
     def text(self) -> str:
         if not self.known:
             return "unknown (its mappings cannot be read)"
-        said = {"repair": "the fork repair", "patch": "patch()", "guard": "guard('raise')"}
-        parts = [said[b] for b in self.by]
-        note = None
-        if self.unprotected:
-            note = _REASONS.get(self.unprotected,
-                                f"an interpreter is not patched ({self.unprotected})")
-        elif self.guarded == "warn":
-            note = "guard('warn'), which only warns"
+        note = (_REASONS.get(self.unprotected, f"an interpreter is not patched ({self.unprotected})")
+                if self.unprotected else
+                "guard('warn'), which only warns" if self.guarded == "warn" else None)
         if not self.by:
             return "not protected" + (f" ({note})" if note else "")
+        said = {"repair": "the fork repair", "patch": "patch()", "guard": "guard('raise')"}
+        parts = [said[b] for b in self.by]
         if note and not self.unprotected:
             parts.append(note)
         # What still crashes where it is protected only in part.
