@@ -32,8 +32,7 @@ RDMA_DEVICES_DIR = "/sys/class/infiniband"
 
 @dataclasses.dataclass(frozen=True)
 class NodeFacts:
-    """What the decision is made from: the doctor's facts about libibverbs and the
-    kernel, and the node's RDMA devices."""
+    """What the decision is made from: the doctor's libibverbs and kernel facts, and RDMA devices."""
 
     verbs: VerbsFacts
     devices: tuple[str, ...]
@@ -48,8 +47,7 @@ class Decision:
 
 
 def node_facts() -> NodeFacts:
-    """The facts the doctor judges a node by, for this node: libibverbs' own answer
-    from the C engine, as for the doctor, and the node's RDMA devices."""
+    """This node's facts: libibverbs' own answer from the C engine, as for the doctor."""
     from .._native.forkstatus import fork_status
 
     status = fork_status()
