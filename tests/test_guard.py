@@ -469,7 +469,7 @@ def test_held_children_of_two_threads_exit_when_the_parent_dies(tmp_path: Any) -
         def decide(*args):  # the slow path's look, while the child is held
             held.release()
             threading.Event().wait(300)
-        G._after_fork = decide
+        G._look = decide
         both = threading.Barrier(2, timeout=60)
         real = os.fork
         def fork():

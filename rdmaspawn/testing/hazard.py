@@ -1,19 +1,14 @@
-"""Plant the real MADV_DONTFORK hazard in the current process.
+"""Plant the real MADV_DONTFORK hazard in the current process (Linux, glibc).
 
 Once ``ibv_fork_init()`` has run, libibverbs marks every registered buffer
 ``MADV_DONTFORK``, rounded out to whole pages. Where such a page also holds a
 malloc arena, a ``fork()`` child dies with SIGSEGV before it can ``exec``:
 glibc's fork handler (``__malloc_fork_unlock_child``) writes every arena's
-mutex. A ``CLONE_VM`` child (``posix_spawn``, ``vfork``, rdmaspawn) shares the
-parent's memory and never notices.
-
-:func:`plant` does this without RDMA hardware, with ctypes: a fresh thread's
-``malloc()`` comes from a fresh thread arena, whose first page holds the
-``malloc_state``; the buffer's pages (or, where the buffer does not share that
-page, the arena's) are marked through libibverbs (``ibv_dontfork_range()``, as
-``ibv_reg_mr()`` does) or with ``madvise()``, and smaps must then show the
-arena's page marked. There is no undo: plant it only in a throwaway process.
-Linux with glibc only.
+mutex. A ``CLONE_VM`` child shares the parent's memory and never notices.
+:func:`plant` does this without RDMA hardware: a fresh thread's ``malloc()``
+comes from a fresh thread arena, and its page is marked through libibverbs
+(``ibv_dontfork_range()``, as ``ibv_reg_mr()`` does) or with ``madvise()``.
+There is no undo: plant it only in a throwaway process.
 """
 
 from __future__ import annotations
@@ -28,13 +23,10 @@ from .._host.glibcheap import thread_heap_base
 from .._host.processinfo import thread_count
 from .._host.procfs import is_dontfork, library_path, parse_maps, read_maps
 
-__all__ = ["INSTALL_VERBS", "VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
+__all__ = ["VERBS_LIBRARY", "Hazard", "HazardError", "plant"]
 
 #: The soname the verbs method loads (the one the system ``libibverbs1`` has).
 VERBS_LIBRARY = "libibverbs.so.1"
-
-#: How to install the system libibverbs, for messages.
-INSTALL_VERBS = "apt-get install libibverbs1, or dnf install libibverbs"
 
 MADV_DONTFORK = 10
 
@@ -59,9 +51,8 @@ class Hazard:
     method: str
     #: Real path of the libibverbs that did it (``"verbs"``), else ``None``.
     library: str | None
-    #: First address marked (page aligned).
+    #: First address marked and bytes marked (whole pages).
     start: int
-    #: Bytes marked (whole pages).
     length: int
     #: Address of the malloc arena (``malloc_state``) left unmapped in a fork child.
     arena: int
@@ -73,15 +64,6 @@ class Hazard:
     fork_state_after: str | None = None
     #: Why ``"auto"`` planted with madvise instead of libibverbs, else ``None``.
     fallback: str | None = None
-
-
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.madvise.restype = ctypes.c_int
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return libc
 
 
 def _find_arena(buf: int, page: int) -> int:
@@ -103,6 +85,8 @@ def _find_arena(buf: int, page: int) -> int:
 
 
 def _alloc_in_fresh_thread(libc: ctypes.CDLL) -> int:
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
     result = []
 
     def target() -> None:
@@ -122,36 +106,21 @@ def _alloc_in_fresh_thread(libc: ctypes.CDLL) -> int:
     return result[0]
 
 
-def _load_verbs() -> ctypes.CDLL | None:
-    try:
-        verbs = ctypes.CDLL(VERBS_LIBRARY, use_errno=True)
-    except OSError:
-        return None
-    verbs.ibv_fork_init.restype = ctypes.c_int
-    verbs.ibv_fork_init.argtypes = []
-    verbs.ibv_dontfork_range.restype = ctypes.c_int
-    verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return verbs
-
-
 def _fork_state(verbs: ctypes.CDLL) -> str | None:
-    """What ``ibv_is_fork_initialized()`` answers; None where the library has
-    no such call (looked up, as ctypes does, with dlsym)."""
-    try:
-        is_initialized = verbs.ibv_is_fork_initialized
-    except AttributeError:
-        return None
-    is_initialized.restype = ctypes.c_int
-    is_initialized.argtypes = []
-    return _FORK_STATES.get(is_initialized(), "unknown")
+    """What ``ibv_is_fork_initialized()`` answers; None where the library has no such call."""
+    is_initialized = getattr(verbs, "ibv_is_fork_initialized", None)
+    return None if is_initialized is None else _FORK_STATES.get(is_initialized(), "unknown")
 
 
 def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
     """libibverbs after ``ibv_fork_init()``, with its fork state before that; or
     ``(None, None, why not)``."""
-    verbs = _load_verbs()
-    if verbs is None:
-        return None, None, f"cannot load {VERBS_LIBRARY} (to get it: {INSTALL_VERBS})"
+    try:
+        verbs = ctypes.CDLL(VERBS_LIBRARY, use_errno=True)
+    except OSError:
+        return None, None, (f"cannot load {VERBS_LIBRARY} (to get it: apt-get install "
+                            "libibverbs1, or dnf install libibverbs)")
+    verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     before = _fork_state(verbs)
     if before == "unneeded":
         return None, None, ("ibv_is_fork_initialized() says fork support is unneeded "
@@ -162,21 +131,6 @@ def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
     if rc != 0:
         return None, None, f"ibv_fork_init() failed: {os.strerror(rc)}"
     return verbs, before, None
-
-
-def _target_range(buf: int, arena: int, page: int) -> tuple[int, int]:
-    """Pages to mark: the buffer's when it shares the arena's page, else the arena's."""
-    buf_lo = buf & ~(page - 1)
-    arena_lo = arena & ~(page - 1)
-    if buf_lo == arena_lo:
-        hi = (buf + _BUFFER_SIZE + page - 1) & ~(page - 1)
-        return buf_lo, hi - buf_lo
-    return arena_lo, page
-
-
-def verbs_available() -> bool:
-    """Whether ``libibverbs.so.1`` can be loaded here."""
-    return _load_verbs() is not None
 
 
 def plant(method: str = "auto") -> Hazard:
@@ -196,12 +150,15 @@ def plant(method: str = "auto") -> Hazard:
     if verbs is None and method == "verbs":
         raise HazardError(fallback)
 
-    libc = _libc()
+    libc = ctypes.CDLL(None, use_errno=True)
     page = os.sysconf("SC_PAGESIZE")
-
     buf = _alloc_in_fresh_thread(libc)
     arena = _find_arena(buf, page)
-    start, length = _target_range(buf, arena, page)
+    # The buffer's pages where it shares the arena's page, else the arena's page.
+    start = arena & ~(page - 1)
+    length = page
+    if buf & ~(page - 1) == start:
+        length = ((buf + _BUFFER_SIZE + page - 1) & ~(page - 1)) - start
 
     if verbs is not None:
         rc = verbs.ibv_dontfork_range(start, length)
@@ -210,6 +167,7 @@ def plant(method: str = "auto") -> Hazard:
         hazard = Hazard("verbs", library_path("libibverbs.so"), start, length, arena, buf,
                         before, _fork_state(verbs))
     else:
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         if libc.madvise(start, length, MADV_DONTFORK) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"madvise(MADV_DONTFORK): {os.strerror(err)}")

@@ -61,19 +61,15 @@ except Exception as e:
 
 def run_demo(out: Any = None, timeout: float = 60.0) -> int:
     """Run the demonstration, writing to ``out`` (stdout); return the exit status."""
-    from .doctor import doctor
-
     w = (out or sys.stdout).write
-    env = dict(os.environ)
-    env.pop("RDMAV_FORK_SAFE", None)
-    env.pop("IBV_FORK_SAFE", None)
+    env = {k: v for k, v in os.environ.items() if k not in ("RDMAV_FORK_SAFE", "IBV_FORK_SAFE")}
     w("rdmaspawn demo: a process that holds MADV_DONTFORK memory starts `true` three ways.\n\n")
     # Started with the standard subprocess from a clean process: safe.
     child = subprocess.Popen(
         python_command(_CHILD, _TRUE), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, env=env, text=True,
     )
-    steps: dict[str, dict[str, Any]] = {}
+    results: dict[str, str] = {}
     try:
         line = child.stdout.readline() if child.stdout else ""
         if not line:
@@ -82,15 +78,14 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
             return 1
         planted = json.loads(line)
         w(_planted_text(planted))
-        verdict = _doctor_line(doctor, planted["pid"])
-        w(f"2. rdmaspawn doctor --pid {planted['pid']}: {verdict}\n")
+        w(f"2. rdmaspawn doctor --pid {planted['pid']}: {_doctor_line(planted['pid'])}\n")
         out_text, err = child.communicate("go\n", timeout=timeout)
         for raw in out_text.splitlines():
             try:
                 d = json.loads(raw)
             except ValueError:
                 continue
-            steps[d.get("step", "?")] = d
+            results[d.get("step", "?")] = d.get("result", "did not run")
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
@@ -101,21 +96,15 @@ def run_demo(out: Any = None, timeout: float = 60.0) -> int:
             child.kill()
             child.wait()
 
-    labels = [
-        ("os.fork", "os.fork() + exec"),
-        ("preexec_fn", "subprocess.run(..., preexec_fn=...)"),
-        ("rdmaspawn", "rdmaspawn.Popen(...).wait()"),
-    ]
-    for i, (key, label) in enumerate(labels, 3):
-        result = steps.get(key, {}).get("result", "did not run")
-        w(f"{i}. {label:<38} -> {result}\n")
+    labels = {"os.fork": "os.fork() + exec", "preexec_fn": "subprocess.run(..., preexec_fn=...)",
+              "rdmaspawn": "rdmaspawn.Popen(...).wait()"}
+    for i, (key, label) in enumerate(labels.items(), 3):
+        w(f"{i}. {label:<38} -> {results.get(key, 'did not run')}\n")
     if child.returncode != 0:
         w(f"\nThe helper process itself ended with status {child.returncode}:\n{err.strip()}\n")
         return 1
-    forked = [steps.get(k, {}).get("result", "") for k in ("os.fork", "preexec_fn")]
-    ours = steps.get("rdmaspawn", {}).get("result", "")
-    ok = all(r.startswith("killed by") for r in forked) and ours == "exit 0"
-    if ok:
+    if (all(results.get(k, "").startswith("killed by") for k in ("os.fork", "preexec_fn"))
+            and results.get("rdmaspawn") == "exit 0"):
         w("\nAs expected: the fork()ed children died before exec; rdmaspawn's child, which\n"
           "shares the parent's memory (CLONE_VM|CLONE_VFORK), ran `true` and exited 0.\n")
         return 0
@@ -138,18 +127,18 @@ def _planted_text(planted: dict[str, Any]) -> str:
     return how
 
 
-def _doctor_line(doctor: Any, pid: int) -> str:
+def _doctor_line(pid: int) -> str:
+    from .doctor import doctor
+
     try:
         report = doctor(pid)
     except OSError as e:
         return f"could not inspect ({e})"
     if report.ok:
         return "OK"
-    worst = next((f for f in report.findings if f.risk == "high"),
-                 report.findings[0] if report.findings else None)
-    if worst is None:
-        return str(report.verdict)
-    return f"{str(report.verdict)} -- {worst.kind} at 0x{worst.mapping.start:x} ({worst.risk})"
+    # A HAZARD verdict has a finding a fork() trips on.
+    worst = next((f for f in report.findings if f.risk == "high"), report.findings[0])
+    return f"{report.verdict} -- {worst.kind} at 0x{worst.mapping.start:x} ({worst.risk})"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "rdmaspawn demo") -> int:
@@ -161,8 +150,3 @@ def main(argv: Sequence[str] | None = None, prog: str = "rdmaspawn demo") -> int
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     return run_demo(timeout=parser.parse_args(argv).timeout)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-

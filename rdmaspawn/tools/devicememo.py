@@ -1,12 +1,10 @@
 """Which marked memory a fork() child goes without, known harmless, remembered between forks.
 
-Drivers mark some of their mappings ``VM_DONTCOPY`` themselves, and the guard
-does not count those, but a held child's count of pages left out includes
-them. Each look at smaps records each device mapping's marked pages, and the
-fork repair's own exact marks (:func:`rdmaspawn._native.forkrepair.vouches`)
-by address range; a later fork that lacks exactly their sum, with the same
-device mappings in ``/proc/self/maps`` (which walks no page tables), lacks
-nothing else.
+A held child's count of pages left out includes what drivers mark ``VM_DONTCOPY``
+themselves and the fork repair's exact marks, which the guard does not count.
+Each look at smaps records their pages; a later fork that lacks exactly their
+sum, with the same device mappings in ``/proc/self/maps`` (which walks no page
+tables), lacks nothing else.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""What the guard reads at a fork: whether a fork() child would trip on
-MADV_DONTFORK memory, what to tell the caller, and whether a ``fork_exec``
-call forks at all.
+"""What the guard reads at a fork: what a fork() child would trip on, what to
+tell the caller, and whether a ``fork_exec`` call forks at all.
 
 Imported at the first fork, so that an interpreter that never forks never
-loads it. Anything here may raise ``OSError`` or ``ImportError``: the guard
-takes that as a failed look and lets the fork go ahead.
+loads it. ``OSError`` or ``ImportError`` here is a failed look: the fork goes ahead.
 """
 from __future__ import annotations
 
@@ -23,17 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["hazards_now", "hazards_after_fork", "message", "fork_exec_forks"]
 
 
-def _hazards(smaps: bytes) -> list[Mapping]:
-    """The marked mappings a fork() child trips on: the doctor's rule (``_host.forkrisk``),
-    less the fork repair's own exact marks (a registration's inner pages)."""
-    return [f.mapping for f in own_hazards(smaps)]
-
-
 def hazards_now() -> list[Mapping]:
-    """Before a fork: what in this process a child would lack and trip on."""
+    """Before a fork: what in this process a child would lack and trip on (the doctor's
+    rule, less the fork repair's own exact marks: ``_host.forkrisk.own_hazards``)."""
     if not has_dontfork():
         return []
-    return _hazards(read_smaps())
+    return [f.mapping for f in own_hazards(read_smaps())]
 
 
 def hazards_after_fork(left_out: int) -> list[Mapping]:
@@ -43,7 +36,7 @@ def hazards_after_fork(left_out: int) -> list[Mapping]:
         return []
     data = read_smaps()
     devicememo.learn(data)
-    return _hazards(data)
+    return [f.mapping for f in own_hazards(data)]
 
 
 def message(what: str, maps: Sequence[Mapping]) -> str:

@@ -1,30 +1,25 @@
 """Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
 
 :func:`guard` wraps ``os.fork``, ``os.forkpty`` and fork_exec's names
-(``rdmaspawn.dropin.cpython.fork_exec_places()``, only for the calls that
-really fork: ``cpython``'s to say). Where a fork() child would trip on
-``MADV_DONTFORK`` memory (the doctor's rule, ``_host.forkrisk``) it warns
-with :class:`ForkHazardWarning` or raises :class:`ForkHazardError` (no child
-is left). ``os.fork`` forks with its child held before it runs
-(``csrc/forkwatch.c``) and compares the kernel's ``total_vm`` of both, which
+(``rdmaspawn.dropin.cpython.fork_exec_places()``, for the calls that really
+fork). Where a fork() child would trip on ``MADV_DONTFORK`` memory (the
+doctor's rule, ``_host.forkrisk``) it warns with :class:`ForkHazardWarning`
+or raises :class:`ForkHazardError` (no child is left). ``os.fork`` forks
+with its child held and compares the kernel's ``total_vm`` of both, which
 costs the same at any number of mappings; only where they differ is smaps
-read (:mod:`.forklook`, :mod:`.devicememo`). ``fork_exec`` forks and execs
-in one C call, so smaps is read before it.
+read (:mod:`.forklook`). ``fork_exec`` forks and execs in one C call, so
+smaps is read before it.
 
-Every wrapper sets ``__wrapped__`` to what it replaced and looks it up at
-each call, so :func:`unguard` can put back what it replaced or splice ours
-out of a chain; failing both, ours stays there as a pass-through. A
-``fork_exec`` replacement that forks only for a ``preexec_fn`` (the
-engine's) says so with ``__rdmaspawn__`` or
-``__rdmaspawn_forks_only_for_preexec_fn__`` (or by living under
-``rdmaspawn``), and only such calls are checked.
+Every wrapper sets ``__wrapped__`` and looks it up at each call, so
+:func:`unguard` can splice ours out of a chain, or leave it as a pass-through.
+A ``fork_exec`` that forks only for a ``preexec_fn`` says so with
+``__rdmaspawn_forks_only_for_preexec_fn__`` (only those calls are checked);
+the engine's (``__rdmaspawn__``, or under ``rdmaspawn``) is not checked.
 
 ``RDMASPAWN=on`` loads this module into every interpreter at its first fork
-(start-up's stand-ins, ``rdmaspawn._startup.standin``, which each function
-here that reads or changes the guard's state first lets give way), so it
-imports nothing start-up has not loaded; the rest comes at a fork or a
-spawn. At shutdown those imports fail: the fork goes ahead unlooked, as
-after any failed look.
+(``rdmaspawn._startup.standin``, whose stand-ins each function here first
+lets give way), so it imports nothing start-up has not loaded. At shutdown
+the imports of a look fail: the fork goes ahead unlooked.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -46,13 +41,7 @@ if TYPE_CHECKING:
 
     from .._host.procfs import Mapping
 
-__all__ = [
-    "ForkHazardError",
-    "ForkHazardWarning",
-    "guard",
-    "is_guarded",
-    "unguard",
-]
+__all__ = ["ForkHazardError", "ForkHazardWarning", "guard", "is_guarded", "unguard"]
 
 
 class _WithMappings(Exception):
@@ -76,20 +65,20 @@ _active: "set[Callable[..., Any]]" = set()
 _installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 
-def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
-    """Refuse the fork or warn if the process holds DONTFORK memory a child trips on.
-
-    Before the fork (``left_out`` None), or with its child held lacking
-    ``left_out`` pages (-1: unknown). ``passed``: stand-ins' frames between
-    the wrapper and its caller; the warning names the frame ``4 + passed`` up.
-    """
+def _look(what: str, passed: int, pid: "int | None" = None,
+          left_out: "int | None" = None) -> None:
+    """Refuse the fork or warn if the process holds DONTFORK memory a child trips on:
+    before the fork (held_fork's unheld(), or for a fork_exec), or as held_fork's
+    decide(pid, left_out) (csrc/python/heldfork.c), its child held lacking ``left_out``
+    pages (-1: unknown): raising kills the child unrun. Called from the wrapper, so the
+    warning names the frame ``3 + passed`` up (``passed``: stand-ins' frames between)."""
+    del pid  # the held child: held_fork deals with it
     mode = _mode
     if mode is None:
         return
     try:
-        # Imported here, at a fork, so the import is part of the look: one
-        # that fails (no descriptor, no sys.meta_path at shutdown) is a
-        # failed look too, and a failed look never blocks a fork.
+        # Imported at a fork: an import that fails (no descriptor, shutdown) is a
+        # failed look, and a failed look never blocks a fork.
         from . import forklook
 
         maps = (forklook.hazards_now() if left_out is None
@@ -103,27 +92,12 @@ def _look(what: str, passed: int, left_out: "int | None" = None) -> None:
         raise ForkHazardError(msg, maps)
     import warnings
 
-    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=4 + passed)
-
-
-def _after_fork(what: str, passed: int, pid: int, left_out: int) -> None:
-    """held_fork's decide() (csrc/python/heldfork.c), called only where the
-    parent's and the child's total_vm differ: raising kills the child unrun."""
-    del pid  # the child: held_fork deals with it
-    _look(what, passed, left_out)
-
-
-def _before(what: str, passed: int) -> None:
-    """Look before the fork: where held_fork cannot hold the child, or for a fork_exec."""
-    # A frame of its own, as _after_fork's: the warning stays on the caller's line.
-    _look(what, passed)
+    warnings.warn(ForkHazardWarning(msg, maps), stacklevel=3 + passed)
 
 
 def _is_engine(fn: "Any") -> bool:
-    if getattr(fn, "__rdmaspawn__", False):
-        return True
     module = getattr(fn, "__module__", None) or ""
-    return module == "rdmaspawn" or module.startswith("rdmaspawn.")
+    return bool(getattr(fn, "__rdmaspawn__", False)) or (module + ".").startswith("rdmaspawn.")
 
 
 def _as_wrapper(wrapper: "Any", original: "Any") -> None:
@@ -131,11 +105,7 @@ def _as_wrapper(wrapper: "Any", original: "Any") -> None:
     for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
                  "__type_params__"):
         try:
-            value = getattr(original, attr)
-        except AttributeError:
-            continue
-        try:
-            setattr(wrapper, attr, value)
+            setattr(wrapper, attr, getattr(original, attr))
         except (AttributeError, TypeError):
             pass
     wrapper.__wrapped__ = original
@@ -164,17 +134,16 @@ def _wrap_fork(original: "Callable[..., Any]", what: str) -> "Callable[..., Any]
             return fork()
         held = _held_fork()
         if held is None:
-            _before(what, passed)
+            _look(what, passed)
             return fork()
-        return held(fork, _functools.partial(_after_fork, what, passed),
-                    _functools.partial(_before, what, passed))
+        look = _functools.partial(_look, what, passed)
+        return held(fork, look, look)
 
     _as_wrapper(guarded_fork, original)
     return guarded_fork
 
 
-# csrc/python/heldfork.c's held_fork once loaded (the first guarded fork);
-# _NOT_LOADED before, None where the C core cannot be loaded.
+# held_fork once loaded (at the first guarded fork), None where it cannot be.
 _NOT_LOADED: "Any" = object()
 _held: "Any" = _NOT_LOADED
 
@@ -185,13 +154,11 @@ def _held_fork() -> "Any":
     if _held is _NOT_LOADED:
         try:
             from .._native import capi
-        except OSError as exc:  # no descriptor or memory left to load it: try again next time
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        except (OSError, ImportError) as exc:
+            # No descriptor or memory left to load it, or shutdown: not for good.
+            if (getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+                    or sys.meta_path is None):
                 return None
-            _held = None
-        except ImportError:
-            if sys.meta_path is None:
-                return None  # at shutdown: not for good, a later fork does not come
             _held = None
         else:
             _held = capi.held_fork
@@ -204,22 +171,18 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
-        if guarded_fork_exec in _active and not _is_engine(inner) and _forks(args, inner):
-            _before(what, 0)
+        if guarded_fork_exec in _active and not _is_engine(inner):
+            try:
+                from .forklook import fork_exec_forks
+            except (ImportError, OSError):  # a failed look (at shutdown, say): go ahead
+                return inner(*args, **kwargs)
+            if fork_exec_forks(args, bool(getattr(
+                    inner, "__rdmaspawn_forks_only_for_preexec_fn__", False))):
+                _look(what, 0)
         return inner(*args, **kwargs)
 
     _as_wrapper(guarded_fork_exec, original)
     return guarded_fork_exec
-
-
-def _forks(args: "tuple[Any, ...]", inner: "Any") -> bool:
-    """Whether this call of ``inner`` (a fork_exec) will fork() (see the module docstring)."""
-    try:
-        from .forklook import fork_exec_forks
-    except (ImportError, OSError):
-        return False  # a failed look (at shutdown, say): the call goes ahead, as unguarded
-    return fork_exec_forks(args, bool(getattr(inner, "__rdmaspawn_forks_only_for_preexec_fn__",
-                                              False)))
 
 
 if TYPE_CHECKING:
@@ -238,11 +201,8 @@ def guard(action: str = "warn") -> None:
     ``action="warn"`` issues :class:`ForkHazardWarning` and lets the fork go
     ahead; ``action="raise"`` raises :class:`ForkHazardError` instead of
     forking.  Calling it again changes the action; it never wraps twice.
-    Thread-safe; undo with :func:`unguard`.
-
-    fork_exec is wrapped once subprocess is imported (now, if it is): a
-    process that never spawns never loads it, and nothing reaches fork_exec
-    before that import (see ``after_subprocess``).
+    Thread-safe; undo with :func:`unguard`. fork_exec is wrapped once subprocess
+    is imported (now, if it is): a process that never spawns never loads it.
     """
     guard_forks(action)
     after_subprocess(guard_exec)
@@ -268,10 +228,8 @@ def guard_forks(action: str) -> None:
 
 
 def guard_below(standin: "Any", attr: str) -> None:
-    """Guard the calls of RDMASPAWN's stand-in of ``os.<attr>`` that someone
-    else's wrapper holds without ``__wrapped__`` (start-up could not take it
-    out): our wrapper goes under it, acting while the guard is on, and
-    unguard() leaves it there as a pass-through."""
+    """Guard the calls of RDMASPAWN's stand-in of ``os.<attr>`` that someone else's
+    wrapper holds without ``__wrapped__``: ours goes under it, a pass-through once unguarded."""
     with _lock:
         wrapper = _wrap_fork(standin.__wrapped__, f"os.{attr}()")
         standin.__wrapped__ = wrapper
@@ -315,14 +273,11 @@ def _install(targets: "list[_Target]") -> None:
             # Still on top, or still in someone else's chain and acting.
             _active.add(mine)
             continue
-        if getattr(current, _MARK, False):
-            _active.add(current)  # one of ours put back by someone's undo
-            _installed[key] = current
-            continue
-        wrapper = wrap(current, what)
-        setattr(module, attr, wrapper)
-        _installed[key] = wrapper
-        _active.add(wrapper)
+        if not getattr(current, _MARK, False):  # else one of ours put back by someone's undo
+            current = wrap(current, what)
+            setattr(module, attr, current)
+        _installed[key] = current
+        _active.add(current)
 
 
 def unguard() -> None:
@@ -335,11 +290,10 @@ def unguard() -> None:
         if _mode is not None:
             _marker(None)
         _mode = None
-        for key, mine in list(_installed.items()):
-            module_name, attr = key
+        for (module_name, attr), mine in list(_installed.items()):
             _active.discard(mine)
             if _wrapping.splice_out(sys.modules[module_name], attr, mine):
-                del _installed[key]
+                del _installed[module_name, attr]
             # else: someone wrapped ours and calls it directly; it stays in
             # their chain as a pass-through.
 

@@ -1,8 +1,5 @@
-"""``guarded()``: :func:`~rdmaspawn.tools.guard.guard` for a block or a function,
-then the state before it put back.
-
-Its own module because nothing that ``RDMASPAWN`` loads at a fork uses it:
-only a program that asks for it pays its import.
+"""``guarded()``: :func:`~rdmaspawn.tools.guard.guard` for a block or a function, then
+the state before it put back; its own module, so only a program that uses it imports it.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """``rdmaspawn run [options] -- CMD ARGS...``: start a whole job with rdmaspawn in force.
 
-``run`` sets ``RDMASPAWN`` (:mod:`rdmaspawn._startup.switch`), which every
-Python interpreter of CMD's tree applies at start-up (the
-``rdmaspawn-autostart.pth`` hook), and then *becomes* CMD as a shell would
-start it (:mod:`.shellexec`): no process stays in between, so every signal
-reaches CMD, CMD's exit status is the job's, and ``run`` adds no child, no
-zombie and no waiting. As a shell does, it exits 127 when CMD is not found
-and 126 when it cannot be executed.
+``run`` sets ``RDMASPAWN``, which every Python interpreter of CMD's tree
+applies at start-up, and then *becomes* CMD as a shell would start it
+(:mod:`.shellexec`): no process stays in between, so every signal reaches
+CMD and CMD's exit status is the job's.
 """
 from __future__ import annotations
 

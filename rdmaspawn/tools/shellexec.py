@@ -22,8 +22,7 @@ __all__ = ["initial_environ", "exec_as_shell"]
 SHELL = "/bin/sh"
 
 #: What CPython's start-up ignores (Python/pylifecycle.c, signal_install_handlers).
-_PYTHON_IGNORES = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
-                        if hasattr(signal, name))
+_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def initial_environ() -> dict[str, str]:

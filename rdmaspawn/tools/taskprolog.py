@@ -1,16 +1,13 @@
 """``rdmaspawn taskprolog``: one switch for a Slurm cluster (docs/slurm.md).
 
 Slurm applies each ``export NAME=VALUE`` line a ``TaskProlog`` prints to the
-task's environment. This prints ``export RDMASPAWN=on`` on a node that is
-affected, and nothing elsewhere. "Affected" is the doctor's rule
-(:func:`.doctor.protection.judge_protection`) for the node, not a claim about
-a job (whether it registers memory is not known before it runs): the node's
-libibverbs would mark registered memory ``MADV_DONTFORK`` once fork
-protection is on. No RDMA device is required by default, since marking needs
-none and a device can appear later (``--require-device`` adds one to the
-rule). A task that sets ``RDMASPAWN`` itself keeps it: the user's choice
-wins. The command never fails a job: whatever goes wrong, it exits 0 with
-nothing on stdout and one line on stderr.
+task's environment. This prints ``export RDMASPAWN=on`` where the node's
+libibverbs would mark registered memory ``MADV_DONTFORK`` once fork protection
+is on (the doctor's rule: whether a job registers memory is not known before
+it runs), and nothing elsewhere. No RDMA device is required by default:
+marking needs none and a device can appear later. A task that sets
+``RDMASPAWN`` itself keeps it. It never fails a job: whatever goes wrong, it
+exits 0 with nothing on stdout and one line on stderr.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ RDMA_DEVICES_DIR = "/sys/class/infiniband"
 
 @dataclasses.dataclass(frozen=True)
 class NodeFacts:
-    """What the decision is made from: the doctor's facts about libibverbs and the
-    kernel, and the node's RDMA devices."""
+    """What the decision is made from: the doctor's libibverbs and kernel facts, and RDMA devices."""
 
     verbs: VerbsFacts
     devices: tuple[str, ...]
@@ -51,8 +47,7 @@ class Decision:
 
 
 def node_facts() -> NodeFacts:
-    """The facts the doctor judges a node by, for this node: libibverbs' own answer
-    from the C engine, as for the doctor, and the node's RDMA devices."""
+    """This node's facts: libibverbs' own answer from the C engine, as for the doctor."""
     from .._native.forkstatus import fork_status
 
     status = fork_status()
@@ -70,20 +65,18 @@ def decide(facts: NodeFacts, env: Mapping[str, str], require_device: bool = Fals
     if VARIABLE in env:
         return Decision(False, f"the task sets {VARIABLE}={env[VARIABLE]!r} itself: kept")
     protection = judge_protection(facts.verbs)
-    devices = ", ".join(facts.devices) or "none"
+    why = (f"({protection.case}; RDMA devices: {', '.join(facts.devices) or 'none'}): "
+           f"{protection.text}")
     if not protection.marks:
-        return Decision(False, f"not affected ({protection.case}; RDMA devices: {devices}): "
-                               f"{protection.text}")
+        return Decision(False, f"not affected {why}")
     if require_device and not facts.devices:
         return Decision(False, f"affected in principle ({protection.case}) but no RDMA device "
                                f"in {RDMA_DEVICES_DIR} and --require-device was given")
-    return Decision(True, f"affected ({protection.case}; RDMA devices: {devices}): "
-                          f"{protection.text}")
+    return Decision(True, f"affected {why}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the export line or nothing; return 0 whatever happens."""
-    verbose = False
     try:
         parser = argparse.ArgumentParser(
             prog="rdmaspawn taskprolog",
@@ -95,8 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             help=f"affected only where an RDMA device exists ({RDMA_DEVICES_DIR})")
         parser.add_argument("-v", "--verbose", action="store_true",
                             help="say on stderr what was decided and why")
-        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-        verbose = ns.verbose
+        ns = parser.parse_args(argv)
         decision = decide(node_facts(), os.environ, ns.require_device)
         if decision.export:
             sys.stdout.write(EXPORT_LINE + "\n")
@@ -109,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"rdmaspawn taskprolog: rdmaspawn left off: cannot decide "
                          f"({type(e).__name__}: {e})\n")
         return 0
-    if verbose:
+    if ns.verbose:
         sys.stderr.write(f"rdmaspawn taskprolog: {'on' if decision.export else 'left off'}: "
                          f"{decision.reason}\n")
     return 0

@@ -2,8 +2,7 @@
 
 A command line, a file name or an environment value is whoever started that
 process's: printed raw, its control codes could retitle root's terminal or
-erase a HAZARD line. The text outputs escape every non-printable character;
-``--json`` needs nothing (json.dumps escapes control characters).
+erase a HAZARD line (``--json`` needs nothing: json.dumps escapes them).
 """
 
 from __future__ import annotations
@@ -27,8 +26,5 @@ def _escape(ch: str) -> str:
     code = ord(ch)
     if code in _SURROGATE_ESCAPES:
         return f"\\x{code - 0xDC00:02x}"  # the original byte
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
+    # ascii() writes \t, \n and \r by name; \xNN for every byte keeps one form.
+    return f"\\x{code:02x}" if code <= 0xFF else ascii(ch)[1:-1]

@@ -10,19 +10,8 @@ import os
 import platform
 import re
 
-from ..._host.rdmanetlink import rdma_netlink_copy_on_fork
-
-__all__ = [
-    "COPY_ON_FORK_KERNEL",
-    "ENGINE_MODULE",
-    "ENV_VARS",
-    "RDMA_CORE_SKIPS_MARKING",
-    "RDMA_LIBS",
-    "kernel_copies_pinned_pages",
-    "rdma_core_version",
-    "rdma_netlink_copy_on_fork",
-    "ucx_fork_settings",
-]
+__all__ = ["COPY_ON_FORK_KERNEL", "ENGINE_MODULE", "ENV_VARS", "RDMA_CORE_SKIPS_MARKING",
+           "RDMA_LIBS", "kernel_copies_pinned_pages", "rdma_core_version", "ucx_fork_settings"]
 
 #: First Linux release that reports over RDMA netlink that it copies
 #: DMA-pinned pages into the child at fork() (RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK,
@@ -108,13 +97,9 @@ _UCX_NO = ("n", "no", "off", "0")
 
 def ucx_fork_settings(env: dict[str, str | None], libraries: dict[str, str],
                       known: bool = True) -> dict[str, object]:
-    """What UCX does at fork() in a process: its settings (``env``, the variables of
-    :data:`ENV_VARS`) and whether it is loaded (``libraries``: the doctor's names).
-
-    Defaults are UCX 1.13's (``ucx_info -c -f``): ``UCX_IB_FORK_INIT=try``,
-    ``UCX_IB_RCACHE_PURGE_ON_FORK=y``, inheriting ``UCX_RCACHE_PURGE_ON_FORK``.
-    ``known`` is false where the environment could not be read.
-    """
+    """What UCX does at fork() in a process: its settings (``env``; ``known`` false where
+    unreadable) and whether it is loaded (``libraries``). Defaults are UCX 1.13's
+    (``ucx_info -c -f``): ``UCX_IB_FORK_INIT=try``, ``UCX_IB_RCACHE_PURGE_ON_FORK=y``."""
     loaded = any(name.startswith("UCX") for name in libraries)
     fork_init = env.get("UCX_IB_FORK_INIT")
     purge_var = next((k for k in ("UCX_IB_RCACHE_PURGE_ON_FORK", "UCX_RCACHE_PURGE_ON_FORK")

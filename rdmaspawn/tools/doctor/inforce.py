@@ -1,13 +1,10 @@
-"""Whether rdmaspawn protects a process, from what it maps (its markers,
-``rdmaspawn._startup.markers``) or, for the doctor's own process, its Python state.
+"""Whether rdmaspawn protects a process, from its markers (``_startup.markers``)
+or, for the doctor's own process, its Python state.
 
-"protected": the fork repair (fork() children get every page), ``patch()``
-(subprocess starts children without fork()) or ``guard("raise")`` (a fork()
-that would lack pages raises ForkHazardError) is in force; ``guard("warn")``
-only warns. "not protected": none is. "unknown": the mappings cannot be read,
-never "protected". ``patch()`` and ``guard()`` are each interpreter's own:
-where one could not load the patch (a sub-interpreter), only the fork repair
-protects the process.
+"protected": the fork repair, ``patch()`` or ``guard("raise")`` is in force
+(``guard("warn")`` only warns); "unknown": the mappings cannot be read, never
+"protected". ``patch()`` and ``guard()`` are each interpreter's own: where one
+could not load the patch (a sub-interpreter), only the fork repair protects.
 """
 
 from __future__ import annotations
@@ -56,16 +53,13 @@ class InForce:
     def text(self) -> str:
         if not self.known:
             return "unknown (its mappings cannot be read)"
-        said = {"repair": "the fork repair", "patch": "patch()", "guard": "guard('raise')"}
-        parts = [said[b] for b in self.by]
-        note = None
-        if self.unprotected:
-            note = _REASONS.get(self.unprotected,
-                                f"an interpreter is not patched ({self.unprotected})")
-        elif self.guarded == "warn":
-            note = "guard('warn'), which only warns"
+        note = (_REASONS.get(self.unprotected, f"an interpreter is not patched ({self.unprotected})")
+                if self.unprotected else
+                "guard('warn'), which only warns" if self.guarded == "warn" else None)
         if not self.by:
             return "not protected" + (f" ({note})" if note else "")
+        said = {"repair": "the fork repair", "patch": "patch()", "guard": "guard('raise')"}
+        parts = [said[b] for b in self.by]
         if note and not self.unprotected:
             parts.append(note)
         # What still crashes where it is protected only in part.

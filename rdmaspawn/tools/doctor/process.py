@@ -37,11 +37,11 @@ _FORK_NOTES = {
 
 def mapped_libraries(pid: Pid) -> dict[str, str]:
     """Name -> path of the RDMA libraries, and rdmaspawn's engine, mapped in the process."""
+    names = dict(RDMA_LIBS, **{ENGINE_MODULE: "rdmaspawn engine"})
     try:
-        found = library_paths([p for p, _ in RDMA_LIBS] + [ENGINE_MODULE], pid)
+        found = library_paths(list(names), pid)
     except OSError:
         return {}
-    names = dict(RDMA_LIBS, **{ENGINE_MODULE: "rdmaspawn engine"})
     return {names[prefix]: path for prefix, path in found.items()}
 
 
@@ -108,15 +108,16 @@ def _own_in_force() -> tuple[bool | None, str | None]:
     return patched, guard_mod.is_guarded() if guard_mod is not None else None
 
 
-def _other_python(pid: int) -> str:
+def _other_python(pid: int) -> tuple[str, tuple[int, int] | None]:
+    """Another process's Python in words, and its version where its executable says."""
     try:
         exe = exe_path(pid)
     except OSError:
-        return f"unknown (cannot read /proc/{pid}/exe)"
-    m = re.search(r"python(\d+\.\d+)", os.path.basename(exe))
+        return f"unknown (cannot read /proc/{pid}/exe)", None
+    m = re.search(r"python(\d+)\.(\d+)", os.path.basename(exe))
     if m:
-        return f"{m.group(1)} (from its executable {exe})"
-    return f"unknown (executable {exe})"
+        return f"{m[1]}.{m[2]} (from its executable {exe})", (int(m[1]), int(m[2]))
+    return f"unknown (executable {exe})", None
 
 
 def doctor(pid: int | None = None) -> Report:
@@ -162,12 +163,9 @@ def doctor(pid: int | None = None) -> Report:
         if patched:
             default = "rdmaspawn engine (CLONE_VM|CLONE_VFORK, safe): rdmaspawn.patch() is in force"
     else:
-        python = _other_python(real_pid)
-        m = re.match(r"(\d+)\.(\d+)", python)
-        if m:
-            default, preexec = _subprocess_paths((int(m.group(1)), int(m.group(2))))
-        else:
-            default = preexec = "unknown (not a recognisable Python executable)"
+        python, version = _other_python(real_pid)
+        default, preexec = (_subprocess_paths(version) if version else
+                            ("unknown (not a recognisable Python executable)",) * 2)
         in_force = from_mappings(mappings)
         patched, guarded = in_force.patched, in_force.guarded
         fork_status = None

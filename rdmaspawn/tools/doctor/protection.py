@@ -24,12 +24,12 @@ from __future__ import annotations
 import dataclasses
 import platform
 
+from ..._host.rdmanetlink import rdma_netlink_copy_on_fork
 from .facts import (
     COPY_ON_FORK_KERNEL,
     RDMA_CORE_SKIPS_MARKING,
     kernel_copies_pinned_pages,
     rdma_core_version,
-    rdma_netlink_copy_on_fork,
 )
 
 __all__ = ["Protection", "VerbsFacts", "judge_protection", "verbs_facts"]

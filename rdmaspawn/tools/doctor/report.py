@@ -76,9 +76,8 @@ class Report:
         d["findings"] = [f.to_dict() for f in self.findings]
         d.pop("in_force")
         d["rdmaspawn"] = self.in_force.to_dict()
-        d["environment"] = {
-            k: {"value": v, "meaning": ENV_VARS[k]} for k, v in self.environment.items()
-        }
+        d["environment"] = {k: {"value": v, "meaning": ENV_VARS[k]}
+                            for k, v in self.environment.items()}
         return d
 
     def to_json(self) -> str:
@@ -87,12 +86,10 @@ class Report:
     def to_text(self) -> str:
         who = "this process" if self.is_self else f"process {self.pid}"
         out = [f"rdmaspawn doctor: {who} (pid {self.pid})", ""]
-        if self.findings:
-            out.append("MADV_DONTFORK mappings (a fork() child gets none of these):")
-            for f in self.findings:
-                out += [f"  {f.mapping.describe()}  [risk: {f.risk}]", f"      {f.note}"]
-        else:
-            out.append("MADV_DONTFORK mappings: none")
+        out.append("MADV_DONTFORK mappings (a fork() child gets none of these):"
+                   if self.findings else "MADV_DONTFORK mappings: none")
+        for f in self.findings:
+            out += [f"  {f.mapping.describe()}  [risk: {f.risk}]", f"      {f.note}"]
         limit = "?" if self.max_map_count is None else str(self.max_map_count)
         out += [f"Mappings: {self.map_count} of vm.max_map_count {limit}", ""]
 
@@ -113,10 +110,8 @@ class Report:
             out.append(f"UCX: {self.ucx['note']}")
         out.append(f"Environment ({self.environment_source}):")
         for name, value in self.environment.items():
-            if value is None:
-                out.append(f"  {name} unset")
-            else:
-                out += [f"  {name}={value!r}", f"      {ENV_VARS[name]}"]
+            out += ([f"  {name} unset"] if value is None
+                    else [f"  {name}={value!r}", f"      {ENV_VARS[name]}"])
 
         out += [f"Python: {self.python}",
                 f"  subprocess, default arguments: {self.subprocess_default}",

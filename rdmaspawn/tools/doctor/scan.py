@@ -1,11 +1,9 @@
 """``rdmaspawn doctor --all``: every process on the node that the caller may read.
 
-One entry for each process that holds MADV_DONTFORK memory, with the doctor's
-classification and whether rdmaspawn protects it (its markers, :mod:`.inforce`).
 Processes that exit during the scan, that may not be read, or that /proc hides
-(``hidepid=``, counted by :mod:`rdmaspawn._host.hidden`) are counted, not fatal:
-whether rdmaspawn protects those is unknown, and the scan says so. Each JSON
-line carries the host name, so that srun/pdsh over a cluster collects one report.
+(``hidepid=``, :mod:`rdmaspawn._host.hidden`) are counted, not fatal: whether
+rdmaspawn protects those is unknown, and the scan says so. Each JSON line
+carries the host name, so that srun/pdsh over a cluster collects one report.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Any
 from ..._host.forkrisk import Finding, classify
 from ..._host.hidden import Hidden, find_hidden
 from ..._host.processinfo import all_pids, read_cmdline
-from ..._host.procfs import Mapping, NoSuchProcessError, all_mappings, has_dontfork, read_proc
+from ..._host.procfs import NoSuchProcessError, all_mappings, has_dontfork, read_proc
 from .escape import printable
 from .facts import ucx_fork_settings
 from .inforce import InForce, from_mappings
@@ -158,33 +156,23 @@ class NodeScan:
                    f"{len(self.hazardous)} hazardous, {len(self.protected)} protected by "
                    f"rdmaspawn; {len(self.vanished)} exited during the scan; "
                    f"{len(self.denied)} not readable by this user")
-        out += self._unseen_text()
-        if (self.denied or not self.complete) and os.geteuid() != 0:
-            out.append("(run as root to read every process)")
-        return "\n".join(out) + "\n"
-
-    def _unseen_text(self) -> list[str]:
-        h = self.hidden
-        out = []
-        if h is not None and h.hidepid is not None:
-            if h.pids:
-                shown = ", ".join(map(str, h.pids[:10])) + (", ..." if len(h.pids) > 10 else "")
-                what = f"{len(h.pids)} processes ({shown})"
-            elif h.pids is None and h.threads:
-                what = f"about {h.threads} threads of other processes"
-            elif h.pids is None:
-                what = "other users' processes, how many cannot be told"
-            else:
-                what = ""
-            if what:
-                out.append(f"hidden: /proc is mounted with hidepid={h.hidepid}, so {what} "
-                           "could not be seen at all")
-        elif h is not None and h.pids:
-            out.append(f"hidden: {len(h.pids)} live processes that /proc does not list")
+        h = self.hidden or Hidden(None, [], None)
+        pids = h.pids or []
+        if h.hidepid is not None and h.pids != []:
+            shown = ", ".join(map(str, pids[:10])) + (", ..." if len(pids) > 10 else "")
+            what = (f"{len(pids)} processes ({shown})" if pids
+                    else f"about {h.threads} threads of other processes" if h.threads
+                    else "other users' processes, how many cannot be told")
+            out.append(f"hidden: /proc is mounted with hidepid={h.hidepid}, so {what} "
+                       "could not be seen at all")
+        elif pids:
+            out.append(f"hidden: {len(pids)} live processes that /proc does not list")
         if not self.complete:
             out.append("Verdict covers only the processes read: whether the others hold "
                        "MADV_DONTFORK memory, and whether rdmaspawn protects them, is unknown")
-        return out
+        if (self.denied or not self.complete) and os.geteuid() != 0:
+            out.append("(run as root to read every process)")
+        return "\n".join(out) + "\n"
 
 
 def _command(pid: int) -> str:
@@ -211,7 +199,11 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
                 mappings = all_mappings(pid)
                 findings = [classify(m, mappings, pid) for m in mappings if m.dontfork]
                 if findings:  # it may have dropped them in between
-                    entries.append(_entry(pid, findings, mappings))
+                    libraries = mapped_libraries(pid)
+                    env, _, known = environ_of(pid, False)
+                    entries.append(ProcessEntry(pid, _command(pid), findings, libraries,
+                                                from_mappings(mappings),
+                                                ucx_fork_settings(env, libraries, known)))
         except NoSuchProcessError:
             vanished.append(pid)
             continue
@@ -221,10 +213,3 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
         scanned += 1
     hidden = None if listed is None else find_hidden(listed)
     return NodeScan(socket.gethostname(), entries, scanned, vanished, denied, hidden)
-
-
-def _entry(pid: int, findings: list[Finding], mappings: list[Mapping]) -> ProcessEntry:
-    libraries = mapped_libraries(pid)
-    env, _, known = environ_of(pid, False)
-    return ProcessEntry(pid, _command(pid), findings, libraries, from_mappings(mappings),
-                        ucx_fork_settings(env, libraries, known))

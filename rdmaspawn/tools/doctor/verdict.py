@@ -50,12 +50,10 @@ def judge(r: Report) -> None:
                  "os.fork() and multiprocessing's fork work again")
     elif r.fork_repair.startswith("not repairable"):
         r.notes.append(f"marked, {r.fork_repair}: {r.fork_repair_note}")
-    if r.patched:
-        a.append("rdmaspawn.patch() is in force: subprocess calls without preexec_fn start "
-                 "children with CLONE_VM|CLONE_VFORK and are safe")
-    else:
-        a.append("start child processes with rdmaspawn.Popen / rdmaspawn.run, or call "
-                 "rdmaspawn.patch() once at startup so that subprocess uses them")
+    a.append("rdmaspawn.patch() is in force: subprocess calls without preexec_fn start "
+             "children with CLONE_VM|CLONE_VFORK and are safe" if r.patched else
+             "start child processes with rdmaspawn.Popen / rdmaspawn.run, or call "
+             "rdmaspawn.patch() once at startup so that subprocess uses them")
     if r.subprocess_default.startswith("fork()"):
         a.append("this Python's subprocess forks even with default arguments: without "
                  "rdmaspawn.patch() every subprocess call can crash its child")
