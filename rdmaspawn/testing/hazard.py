@@ -23,10 +23,13 @@ from .._host.glibcheap import thread_heap_base
 from .._host.processinfo import thread_count
 from .._host.procfs import is_dontfork, library_path, parse_maps, read_maps
 
-__all__ = ["VERBS_LIBRARY", "Hazard", "HazardError", "plant"]
+__all__ = ["INSTALL_VERBS", "VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
 
 #: The soname the verbs method loads (the one the system ``libibverbs1`` has).
 VERBS_LIBRARY = "libibverbs.so.1"
+
+#: How to install the system libibverbs, for messages.
+INSTALL_VERBS = "apt-get install libibverbs1, or dnf install libibverbs"
 
 MADV_DONTFORK = 10
 
@@ -118,8 +121,7 @@ def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
     try:
         verbs = ctypes.CDLL(VERBS_LIBRARY, use_errno=True)
     except OSError:
-        return None, None, (f"cannot load {VERBS_LIBRARY} (to get it: apt-get install "
-                            "libibverbs1, or dnf install libibverbs)")
+        return None, None, f"cannot load {VERBS_LIBRARY} (to get it: {INSTALL_VERBS})"
     verbs.ibv_dontfork_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     before = _fork_state(verbs)
     if before == "unneeded":
@@ -131,6 +133,15 @@ def _armed_verbs() -> tuple[ctypes.CDLL | None, str | None, str | None]:
     if rc != 0:
         return None, None, f"ibv_fork_init() failed: {os.strerror(rc)}"
     return verbs, before, None
+
+
+def verbs_available() -> bool:
+    """Whether ``libibverbs.so.1`` can be loaded here."""
+    try:
+        ctypes.CDLL(VERBS_LIBRARY)
+    except OSError:
+        return False
+    return True
 
 
 def plant(method: str = "auto") -> Hazard:
