@@ -93,20 +93,32 @@ static PyObject *errpipe_pipe(PyObject *unused, PyObject *fork_exec)
     }
     long pairs = ((long)INT_MAX - first_fd) / 2;   /* both ends stay C ints */
     long fd = first_fd + 2 * (long)(next_pair++ % (unsigned long)pairs);
+    /* Built by hand, not by Py_BuildValue: this runs at every spawn, and
+     * parsing a format costs more than the rest of the call. */
+    PyObject *read_end = PyLong_FromLong(fd), *write_end = PyLong_FromLong(fd + 1);
     PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
-    PyObject *out = Py_BuildValue("(llO)", fd, fd + 1, fork_exec);
-    if (!empty || !out || PyDict_SetItem(pipes, PyTuple_GetItem(out, 0), empty) < 0)
-        Py_CLEAR(out);
+    PyObject *out = read_end && write_end && empty ? PyTuple_New(3) : NULL;
+    if (out) {
+        Py_INCREF(fork_exec);
+        PyTuple_SetItem(out, 0, read_end);   /* each steals its reference */
+        PyTuple_SetItem(out, 1, write_end);
+        PyTuple_SetItem(out, 2, fork_exec);
+        if (PyDict_SetItem(pipes, read_end, empty) < 0)
+            Py_CLEAR(out);
+    } else {
+        Py_XDECREF(read_end);
+        Py_XDECREF(write_end);
+    }
     Py_XDECREF(empty);
     return out;
 }
 
 static PyObject *errpipe_read(PyObject *unused, PyObject *args)
 {
-    PyObject *key, *size;
     (void)unused;
-    if (!PyArg_UnpackTuple(args, "read", 2, 2, &key, &size))   /* os.read's words */
-        return NULL;
+    if (PyTuple_Size(args) != 2)   /* os.read's words; not PyArg_UnpackTuple: every spawn */
+        return rs_fail(PyExc_TypeError, "read expected 2 arguments, got %zd", PyTuple_Size(args));
+    PyObject *key = PyTuple_GetItem(args, 0), *size = PyTuple_GetItem(args, 1);
     long fd = PyLong_AsLong(key);
     Py_ssize_t n = PyLong_AsSsize_t(size);
     if (PyErr_Occurred())
