@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._host.forkrisk import own_hazards
-from .._host.procfs import has_dontfork, read_smaps
+from .._host.procfs import has_dontfork, read_proc
 from . import devicememo
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def hazards_now() -> list[Mapping]:
     """Before a fork: what in this process a child would lack and trip on."""
     if not has_dontfork():
         return []
-    return _hazards(read_smaps())
+    return _hazards(read_proc("self", "smaps"))
 
 
 def hazards_after_fork(left_out: int) -> list[Mapping]:
@@ -41,7 +41,7 @@ def hazards_after_fork(left_out: int) -> list[Mapping]:
     unless they are the device memory already seen (:mod:`.devicememo`)."""
     if devicememo.explains(left_out):
         return []
-    data = read_smaps()
+    data = read_proc("self", "smaps")
     devicememo.learn(data)
     return _hazards(data)
 
