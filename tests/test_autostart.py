@@ -514,7 +514,7 @@ try:
     import _interpreters as interpreters
 except ImportError:
     import _xxsubinterpreters as interpreters
-from rdmaspawn._host.procfs import parse_maps, read_maps
+from rdmaspawn._host.procfs import parse_maps, read_proc
 from rdmaspawn.tools.doctor.inforce import from_mappings
 interp = interpreters.create()
 interpreters.run_string(interp, '''
@@ -522,10 +522,10 @@ import json, subprocess, sys
 ran = subprocess.run(["/bin/true"]).returncode
 print(json.dumps([ran, "rdmaspawn._rdmaspawn_cffi" in sys.modules]), flush=True)
 ''')
-seen = from_mappings(parse_maps(read_maps(os.getpid())))
+seen = from_mappings(parse_maps(read_proc(os.getpid(), "maps")))
 alive = [seen.protection, seen.unprotected, seen.text()]
 interpreters.destroy(interp)
-seen = from_mappings(parse_maps(read_maps(os.getpid())))
+seen = from_mappings(parse_maps(read_proc(os.getpid(), "maps")))
 print(json.dumps({"alive": alive, "gone": [seen.protection, seen.unprotected],
                   "main": subprocess.run(["/bin/true"]).returncode}))
 """

@@ -33,7 +33,7 @@ def _maps(*entries: tuple[int, int, str, str]) -> bytes:
 @pytest.fixture
 def maps_now(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     now = [b""]
-    monkeypatch.setattr(devicememo, "read_maps", lambda: now[0])
+    monkeypatch.setattr(devicememo, "read_proc", lambda pid, name: now[0])
     monkeypatch.setattr(devicememo, "_pages", {})
     return now
 

@@ -224,12 +224,12 @@ def test_unreadable_as_root_says_why() -> None:
         pytest.skip("needs root: the message is for root without CAP_SYS_PTRACE")
     code = DROP_CAPS + textwrap.dedent("""
         import os, sys
-        from rdmaspawn._host.procfs import read_smaps
+        from rdmaspawn._host.procfs import read_proc
         from rdmaspawn.tools.doctor import main
         drop_capabilities()
         assert os.geteuid() == 0
         try:
-            read_smaps(int(sys.argv[1]))
+            read_proc(int(sys.argv[1]), "smaps")
         except PermissionError as e:
             print("errno", e.errno, file=sys.stderr)
         sys.exit(main(["--pid", sys.argv[1]]))

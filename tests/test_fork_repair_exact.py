@@ -282,10 +282,10 @@ def test_the_guard_does_not_count_the_repairs_marks() -> None:
         rdmaspawn.guard("raise")
         import rdmaspawn.tools.forklook as forklook
         reads = []
-        real = forklook.read_smaps
-        def counting():
-            reads.append(1); return real()
-        forklook.read_smaps = counting
+        real = forklook.read_proc
+        def counting(pid, name):
+            reads.append(1); return real(pid, name)
+        forklook.read_proc = counting
         results = []
         for _ in range(2):
             pid = os.fork()

@@ -167,7 +167,7 @@ def test_library_paths_name_the_real_files() -> None:
     """library_paths() finds the file a soname resolved to, as mapped; absent libraries are left out."""
     with Holder(plant="verbs" if verbs_available() else None) as h:
         found = procfs.library_paths(["libc.so", "libibverbs.so", "libnothing-here.so"], h.pid)
-        maps = procfs.read_maps(h.pid).decode()
+        maps = procfs.read_proc(h.pid, "maps").decode()
         assert os.path.basename(found["libc.so"]).startswith("libc.so")
         assert found["libc.so"] in maps and os.path.realpath(found["libc.so"]) == found["libc.so"]
         assert "libnothing-here.so" not in found
@@ -209,7 +209,7 @@ def test_thread_heap_base() -> None:
         big_inner = (addrs["big"] + size) & ~(size - 1)  # an aligned block inside the array
         assert glibcheap.thread_heap_base(big_inner, maps) is None
         assert glibcheap.thread_heap_base(addrs["thread"], procfs.parse_maps(
-            procfs.read_maps(p.pid))) == addrs["thread"] & ~(size - 1)
+            procfs.read_proc(p.pid, "maps"))) == addrs["thread"] & ~(size - 1)
     finally:
         p.communicate("\n", timeout=30)
 

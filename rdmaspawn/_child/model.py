@@ -50,8 +50,6 @@ class ChildSetup(NamedTuple):
     cpu_affinity: frozenset[int] | None = None
     no_new_privs: bool = False
     pdeathsig: int | None = None
-    #: The cgroup, tty, limits and priorities before the id change (Popen's
-    #: keywords), not after it (where CPython calls a preexec_fn).
     privileged_first: bool = False
 
     def has_privileged_steps(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._native.forkrepair import vouches
 from .glibcheap import heap_header, malloc_block, thread_heap_base
-from .procfs import Mapping, Pid, dontfork_in, parse_maps, read_smaps
+from .procfs import Mapping, Pid, dontfork_in, parse_maps, read_proc
 
 __all__ = ["RISK_ORDER", "Finding", "classify", "fork_hazards", "has_fork_hazard", "hazards_in",
            "own_hazards"]
@@ -76,8 +76,8 @@ def own_hazards(smaps: bytes) -> list[Finding]:
 def has_fork_hazard(pid: Pid = "self") -> bool:
     """Whether the process holds a mark a fork() child trips on."""
     if pid == "self":
-        return bool(own_hazards(read_smaps(pid)))
-    return bool(hazards_in(read_smaps(pid), pid))
+        return bool(own_hazards(read_proc(pid, "smaps")))
+    return bool(hazards_in(read_proc(pid, "smaps"), pid))
 
 
 def classify(m: Mapping, ordered: Sequence[Mapping], pid: Pid = "self") -> Finding:

@@ -92,13 +92,8 @@ def malloc_block(m: Mapping, pid: Pid = "self") -> bool | None:
 
 def _read_memory(pid: Pid, address: int, size: int) -> bytes | None:
     try:
-        fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
+        with open(proc_path(pid, "mem"), "rb", buffering=0) as f:
+            raw = os.pread(f.fileno(), size, address)
     except OSError:
         return None
-    try:
-        raw = os.pread(fd, size, address)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     return raw if len(raw) == size else None

@@ -17,9 +17,6 @@ __all__ = [
     "thread_count",
 ]
 
-
-# -- capabilities ---------------------------------------------------------------
-
 #: linux/capability.h
 CAP_SYS_PTRACE = 19
 
@@ -32,9 +29,6 @@ def has_capability(cap: int, pid: Pid = "self") -> bool | None:
     except OSError:
         return None
     return None if value is None else bool(int(value, 16) >> cap & 1)
-
-
-# -- the rest a tool asks about a process ------------------------------------------
 
 
 def all_pids() -> list[int]:

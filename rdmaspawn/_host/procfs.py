@@ -31,9 +31,7 @@ __all__ = [
     "max_map_count",
     "parse_maps",
     "proc_path",
-    "read_maps",
     "read_proc",
-    "read_smaps",
     "status_field",
 ]
 
@@ -152,11 +150,6 @@ def status_field(pid: Pid, name: bytes) -> bytes | None:
     return None
 
 
-def read_smaps(pid: Pid = "self") -> bytes:
-    """The raw bytes of ``/proc/PID/smaps`` (see :func:`read_proc` for the errors)."""
-    return read_proc(pid, "smaps")
-
-
 def _lines_with(data: bytes, needle: bytes) -> list[tuple[int, int]]:
     """(line start, line end) of every line that holds ``needle``, each once."""
     lines = []
@@ -179,10 +172,7 @@ def _entries(data: bytes, needle: bytes = _VMFLAGS) -> list[bytes]:
 def _block_of(data: bytes, vmflags_start: int, vmflags_end: int) -> bytes:
     # An entry starts after the previous one's VmFlags line.
     prev = data.rfind(b"\n" + _VMFLAGS, 0, vmflags_start - 1)
-    if prev == -1:
-        start = 0
-    else:
-        start = data.find(b"\n", prev + 1) + 1
+    start = 0 if prev == -1 else data.find(b"\n", prev + 1) + 1
     return data[start:vmflags_end]
 
 
@@ -196,7 +186,7 @@ def has_dontfork(pid: Pid = "self", *, devices: bool = False) -> bool:
     """Whether the process has any ``MADV_DONTFORK`` mapping a ``fork()`` child
     could trip on (device mappings only with ``devices``)."""
     return any(devices or not is_device_path(os.fsdecode(_header_path(block)))
-               for block in _entries(read_smaps(pid), _DC))
+               for block in _entries(read_proc(pid, "smaps"), _DC))
 
 
 def _parse_header(line: bytes) -> Mapping | None:
@@ -236,12 +226,12 @@ def _parse_block(block: bytes) -> Mapping | None:
 
 def all_mappings(pid: Pid = "self") -> list[Mapping]:
     """Every mapping of the process, in address order."""
-    return [m for m in map(_parse_block, _entries(read_smaps(pid))) if m is not None]
+    return [m for m in map(_parse_block, _entries(read_proc(pid, "smaps"))) if m is not None]
 
 
 def dontfork_mappings(pid: Pid = "self", *, devices: bool = True) -> list[Mapping]:
     """The process's ``MADV_DONTFORK`` mappings, in address order (devices too unless told)."""
-    return dontfork_in(read_smaps(pid), devices=devices)
+    return dontfork_in(read_proc(pid, "smaps"), devices=devices)
 
 
 def dontfork_in(data: bytes, *, devices: bool = True) -> list[Mapping]:
@@ -272,29 +262,16 @@ def device_dontfork_pages(data: bytes) -> dict[bytes, int]:
     return out
 
 
-# -- maps: addresses and files, no flags ---------------------------------------
-
-
-def read_maps(pid: Pid = "self") -> bytes:
-    """The raw bytes of ``/proc/PID/maps`` (see :func:`read_proc` for the errors)."""
-    return read_proc(pid, "maps")
-
-
 def parse_maps(data: bytes) -> list[Mapping]:
     """Every mapping in the given ``maps`` text (``vmflags`` empty, ``rss_kb`` 0)."""
-    out = []
-    for line in data.split(b"\n"):
-        m = _parse_header(line)
-        if m is not None:
-            out.append(m)
-    return out
+    return [m for m in map(_parse_header, data.split(b"\n")) if m is not None]
 
 
 def library_paths(prefixes: Sequence[str], pid: Pid = "self") -> dict[str, str]:
     """For each prefix (a soname like ``"libibverbs.so"``), the first mapped file
     (symlinks resolved) whose base name starts with it; else left out."""
     found: dict[str, str] = {}
-    for m in parse_maps(read_maps(pid)):
+    for m in parse_maps(read_proc(pid, "maps")):
         if not m.path.startswith("/"):
             continue
         base = os.path.basename(m.path)
@@ -321,9 +298,6 @@ def is_dontfork(addr: int, pid: Pid = "self") -> bool:
     """Whether the mapping holding ``addr`` is ``MADV_DONTFORK`` (False when nothing is mapped there)."""
     m = mapping_at(addr, pid)
     return m is not None and m.dontfork
-
-
-# -- the system's limit ------------------------------------------------------
 
 
 def max_map_count() -> int | None:

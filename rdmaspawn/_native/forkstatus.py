@@ -48,15 +48,11 @@ class ForkStatus(NamedTuple):
     repair: str = "not repairable"
 
 
-def _status(call: str) -> tuple[int, str | None, int]:
+def _status(init: bool) -> tuple[int, str | None, int]:
     path = ffi.new("char[]", 4096)
     err = ffi.new("int *")
-    if call == "init":
-        state = lib.rs_fork_init(path, 4096, err)
-    else:
-        state = lib.rs_fork_status(path, 4096)
-    library = ffi.string(path).decode(errors="surrogateescape") or None
-    return state, library, err[0]
+    state = lib.rs_fork_init(path, 4096, err) if init else lib.rs_fork_status(path, 4096)
+    return state, ffi.string(path).decode(errors="surrogateescape") or None, err[0]
 
 
 def _repair_word() -> str:
@@ -67,7 +63,7 @@ def _repair_word() -> str:
 
 def fork_status() -> ForkStatus:
     """Report libibverbs' fork protection for this process (see :class:`ForkStatus`)."""
-    state, library, _ = _status("status")
+    state, library, _ = _status(False)
     return ForkStatus(_STATES[state], library, _repair_word())
 
 
@@ -81,7 +77,7 @@ def fork_init() -> ForkStatus:
     enabled: calling it again is harmless. Raises :class:`ForkInitError` when
     ibv_fork_init() fails; EINVAL means memory was registered before the call.
     """
-    state, library, err = _status("init")
+    state, library, err = _status(True)
     if err == _errno.EINVAL:
         raise ForkInitError(
             err,

@@ -420,6 +420,8 @@ def _unlike(call: tuple[tuple[str, ...], int] | None, internals: Internals) -> s
 
 def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
     shown = f"CPython {version[0]}.{version[1]}"
+    unavailable = ("rdmaspawn.Popen and rdmaspawn.patch() are unavailable; "
+                   "rdmaspawn.spawn() works. Upgrade rdmaspawn (pip install -U rdmaspawn)")
     if free_threaded:
         # Not known to be safe: the C environment copy for env=None relies on
         # the GIL to keep os.environ changes out while it reads.
@@ -431,10 +433,7 @@ def _check(version: tuple[int, int], free_threaded: bool = False) -> Internals:
         raise UnsupportedPython(
             f"rdmaspawn does not know the subprocess internals of {shown} "
             f"(it knows {min(TABLE)[0]}.{min(TABLE)[1]}-{max(TABLE)[0]}.{max(TABLE)[1]}): "
-            "rdmaspawn.Popen and rdmaspawn.patch() are unavailable; rdmaspawn.spawn() works. "
-            "Upgrade rdmaspawn (pip install -U rdmaspawn), or run a CPython it knows")
-    unavailable = ("rdmaspawn.Popen and rdmaspawn.patch() are unavailable; "
-                   "rdmaspawn.spawn() works. Upgrade rdmaspawn (pip install -U rdmaspawn)")
+            f"{unavailable}, or run a CPython it knows")
     try:
         internals = _looked_up(known)
     except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:

@@ -21,7 +21,7 @@ import time
 
 from .._host.glibcheap import thread_heap_base
 from .._host.processinfo import thread_count
-from .._host.procfs import is_dontfork, library_path, parse_maps, read_maps
+from .._host.procfs import is_dontfork, library_path, parse_maps, read_proc
 
 __all__ = ["INSTALL_VERBS", "VERBS_LIBRARY", "Hazard", "HazardError", "plant", "verbs_available"]
 
@@ -71,7 +71,7 @@ class Hazard:
 
 def _find_arena(buf: int, page: int) -> int:
     """The address of the malloc_state (arena) that owns ``buf``."""
-    maps = parse_maps(read_maps())
+    maps = parse_maps(read_proc("self", "maps"))
     heap = thread_heap_base(buf, maps)
     if heap is None:
         raise HazardError("the fresh thread's malloc() did not come from a thread arena "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 
-from .._host.procfs import device_dontfork_pages, device_headers, dontfork_in, read_maps
+from .._host.procfs import device_dontfork_pages, device_headers, dontfork_in, read_proc
 from .._native.forkrepair import vouches
 
 __all__ = ["explains", "learn"]
@@ -37,7 +37,7 @@ def explains(left_out: int) -> bool:
         return False
     pages = _pages
     try:
-        maps = read_maps()
+        maps = read_proc("self", "maps")
     except OSError:
         return False
     now = device_headers(maps)

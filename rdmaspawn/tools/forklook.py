@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._host.forkrisk import own_hazards
-from .._host.procfs import has_dontfork, read_smaps
+from .._host.procfs import has_dontfork, read_proc
 from . import devicememo
 
 if TYPE_CHECKING:
@@ -26,7 +26,11 @@ def hazards_now() -> list[Mapping]:
     rule, less the fork repair's own exact marks: ``_host.forkrisk.own_hazards``)."""
     if not has_dontfork():
         return []
+<<<<<<< HEAD
     return [f.mapping for f in own_hazards(read_smaps())]
+=======
+    return _hazards(read_proc("self", "smaps"))
+>>>>>>> pycut4
 
 
 def hazards_after_fork(left_out: int) -> list[Mapping]:
@@ -34,7 +38,7 @@ def hazards_after_fork(left_out: int) -> list[Mapping]:
     unless they are the device memory already seen (:mod:`.devicememo`)."""
     if devicememo.explains(left_out):
         return []
-    data = read_smaps()
+    data = read_proc("self", "smaps")
     devicememo.learn(data)
     return [f.mapping for f in own_hazards(data)]
 
