@@ -26,11 +26,7 @@ def hazards_now() -> list[Mapping]:
     rule, less the fork repair's own exact marks: ``_host.forkrisk.own_hazards``)."""
     if not has_dontfork():
         return []
-<<<<<<< HEAD
-    return [f.mapping for f in own_hazards(read_smaps())]
-=======
-    return _hazards(read_proc("self", "smaps"))
->>>>>>> pycut4
+    return [f.mapping for f in own_hazards(read_proc("self", "smaps"))]
 
 
 def hazards_after_fork(left_out: int) -> list[Mapping]:
