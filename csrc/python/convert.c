@@ -653,8 +653,12 @@ static PyObject *request_spawned(struct rs_conv *c, void *request_and_exec_list)
     PyObject *out = NULL;
     if (res.err)
         rs_raise_spawn_error(&res, flags, PyTuple_GetItem(q[0], F_CWD), exec_list);
-    else
-        out = Py_BuildValue("(ii)", res.pid, res.pidfd);
+    else if ((out = PyTuple_New(2))) {   /* not Py_BuildValue: its format costs at every spawn */
+        PyTuple_SetItem(out, 0, PyLong_FromLong(res.pid));
+        PyTuple_SetItem(out, 1, PyLong_FromLong(res.pidfd));
+        if (!PyTuple_GetItem(out, 0) || !PyTuple_GetItem(out, 1))
+            Py_CLEAR(out);
+    }
     Py_DECREF(exec_list);
     return out;
 }

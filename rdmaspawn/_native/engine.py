@@ -128,10 +128,10 @@ def spawn(
     if close_method not in _CLOSE_METHODS:
         raise ValueError(f"close_method must be one of {sorted(_CLOSE_METHODS)}")
     fds = sorted(set(pass_fds))
-    flags = sum(bit for bit, on in ((CLOSE_FDS, close_fds), (RESTORE_SIGNALS, restore_signals),
-                                    (SETSID, setsid), (WANT_PIDFD, want_pidfd),
-                                    (REAP_ON_FAILURE, reap_on_failure),
-                                    (FORCE_CLONE, force_clone)) if on)
+    # Each by its truth, spelled out: a generator here costs a tenth of a spawn.
+    flags = ((CLOSE_FDS if close_fds else 0) | (RESTORE_SIGNALS if restore_signals else 0)
+             | (SETSID if setsid else 0) | (WANT_PIDFD if want_pidfd else 0)
+             | (REAP_ON_FAILURE if reap_on_failure else 0) | (FORCE_CLONE if force_clone else 0))
     return spawn_request(SpawnRequest(
         argv, exec_list, env, cwd, stdin, stdout, stderr, close_in_child, fds, flags,
         _CLOSE_METHODS[close_method], umask, pgid, groups, gid, uid, fail_status, setup))
