@@ -7,6 +7,12 @@ killed and reaped and its pipes closed (``Popen._discard``). Blocking SIGINT
 would hold nothing with other threads, and only the main thread runs Python's
 handlers: elsewhere nothing is held. A fork() child's ``preexec_fn`` may run
 for ever: the hold ends before the wait for it (:func:`lift`).
+
+Whether a hold is on is the C side's word, never a value handed back to
+Python, so an exception between the hold and its caller's ``try`` cannot
+leave it on. Python's table of handlers is never touched, the kernel's action
+goes back whole, and one the program sets meanwhile stays. Not covered: other
+signals whose handler raises (a SIGALRM timeout, SystemExit from SIGTERM).
 """
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 CPython's ``send_signal`` polls, then ``os.kill(self.pid)``: a reap in
 between lets the signal hit whoever got the pid; a pidfd fails with ESRCH.
 Opened when first needed (one per spawn would cost kernel work), and kept
-only where ``waitid(P_PIDFD, WNOWAIT)`` finds a child of this process; closed
+only where ``waitid(P_PIDFD, WNOWAIT)`` finds a child of this process (one
+reaped behind Popen's back, by ``os.wait()`` or SIGCHLD ignored, may have
+given its pid to a stranger, which gets no pidfd and no signal); closed
 at the reap under a lock, so a concurrent ``send_signal`` never uses a reused
 fd number. Without ``pidfd_open``, Popen does as CPython's.
 """
