@@ -4,8 +4,13 @@ start-up and made real at the first spawn or fork.
 Loading the patch and the engine is most of what ``import subprocess`` would
 cost an interpreter under ``RDMASPAWN=on``, and most never spawn. So a
 stand-in goes at each name through which the standard library starts a child
-(:data:`FORK_EXEC_HOMES`, ``Popen._posix_spawn``, ``os._spawnvef``); the first
-call of one takes them all out, under one lock, before any child starts.
+(:data:`FORK_EXEC_HOMES`, ``Popen._posix_spawn``, ``os._spawnvef``), inside
+subprocess's own import, so no thread sees subprocess without them; the first
+call of one takes them all out, under one lock, before any child starts. One
+that another wrapper holds without ``__wrapped__`` stays and passes calls on.
+Under the guard, ``os.fork`` and ``os.forkpty`` get stand-ins too, so that
+``tools.guard`` loads at the first fork, not at start-up; the guard's wrapper
+skips a stand-in's frame (:data:`STANDIN_CODE`) to find the caller's line.
 Imports nothing the interpreter has not loaded already.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
