@@ -179,14 +179,10 @@ def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path
     print(render_table(report) if report.settings.mem_gib_measured else "nothing measured")
     png = None
     if out is not None and not args.no_plot and report.settings.mem_gib_measured:
-        png = out / PNG_NAME
-        why = plot(report, png)
-        if why:
-            log(why)
-            png = None
-        else:
-            log(f"plot: {png}")
-        report.plot = str(png) if png else None
+        why = plot(report, out / PNG_NAME)
+        png = None if why else out / PNG_NAME
+        log(why or f"plot: {png}")
+        report.plot = None if why else str(png)
     if record is None or args.json is not None:
         write_json(report, json_path)
         log(f"json: {json_path}")

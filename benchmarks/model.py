@@ -108,6 +108,10 @@ class Machine:
     # ("3927401", "3927401 + uncommitted changes"), else None.
     rdmaspawn_commit: str | None = None
 
+    @property
+    def kernel_release(self) -> str:
+        return self.kernel.split()[1] if " " in self.kernel else self.kernel
+
 
 @dataclass
 class Skipped:

@@ -12,7 +12,7 @@ DPI = 110
 
 
 def plot(report: Report, path: Path) -> str | None:
-    """Write the plot to `path`; None on success, else why there is no plot."""
+    """Write the plot of a report that measured something to `path`; None, else why not."""
     # matplotlib is optional (the "bench" extra): mypy may run where it is missing.
     try:
         import matplotlib  # type: ignore[import-not-found,unused-ignore]
@@ -24,8 +24,6 @@ def plot(report: Report, path: Path) -> str | None:
     mems = report.settings.mem_gib_measured
     threads = report.settings.threads
     lat_threads = report.settings.latency_threads
-    if not mems:
-        return "nothing measured: no plot"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     for s in report.spawners:
         pts = [(m, f) for m in mems if (f := report.figures(m, lat_threads, s.id)) is not None]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .analysis import fmt_figure, noisy_floor, throughput_cells, verdict
+from .analysis import fmt_figure, growth_ms, noisy_floor, throughput_cells, verdict
 from .model import Figures, Report
 from .numbers import fmt_gib, fmt_ratio, fmt_us
 
@@ -62,17 +62,15 @@ def render_table(report: Report) -> str:
     w = max(len(s.id) for s in report.spawners)
     lines = [
         f"rdmaspawn spawn benchmark - {m.python}, {m.cpu_model}, {m.cores_usable} cores, "
-        f"{m.mem_total_gib} GiB, kernel {m.kernel.split()[1] if ' ' in m.kernel else m.kernel}",
+        f"{m.mem_total_gib} GiB, kernel {m.kernel_release}",
         f"child: {report.settings.child} ({report.settings.child_kind})",
         "",
     ]
     lines += _latency(report, w)
 
-    growth = {k: v for k, v in report.growth_us_per_gib.items() if v is not None}
-    if growth:
+    if growth := growth_ms(report):
         lines += ["", "Growth of the median with resident memory (least squares):"]
-        lines += [f"  {sid:<{w}}  {round(v / 1000, 2) + 0.0:+8.2f} ms per GiB"
-                  for sid, v in growth.items()]
+        lines += [f"  {sid:<{w}}  {v:+8.2f} ms per GiB" for sid, v in growth.items()]
 
     if report.settings.threads != [1]:
         lines += _throughput(report, w)
