@@ -57,9 +57,8 @@ def build(workdir: Path) -> Built:
     """Compile noop.c and floor.c into workdir."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        note = "no C compiler: the child is /bin/true and there is no floor"
         return Built(FALLBACK_CHILD, "/bin/true (fallback)", None, "no C compiler (cc) found",
-                     None, [note])
+                     None, ["no C compiler: the child is /bin/true and there is no floor"])
 
     notes: list[str] = []
     child, child_kind = FALLBACK_CHILD, "/bin/true (fallback)"

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from .analysis import fmt_figure, growth_ms, noisy_floor, throughput_cells, verdict
-from .model import Figures, Report
+from .model import Report
 from .numbers import fmt_gib, fmt_ratio, fmt_us
-
-
-def _why(f: Figures | None) -> str:
-    if f is None:
-        return "-: not measured"
-    return f"{f.status}: {f.reason or f.error or 'no samples'}"
 
 
 def _latency(report: Report, w: int) -> list[str]:
@@ -31,7 +25,9 @@ def _latency(report: Report, w: int) -> list[str]:
         for s in report.spawners:
             f = row.spawners.get(s.id) if row else None
             if f is None or not f.measured:
-                lines.append(f"  {s.id:<{w}}  {_why(f)}")
+                why = (f"{f.status}: {f.reason or f.error or 'no samples'}" if f
+                       else "-: not measured")
+                lines.append(f"  {s.id:<{w}}  {why}")
                 continue
             capped = capped or f.capped
             lines.append(
