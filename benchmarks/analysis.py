@@ -26,14 +26,17 @@ MIN_ROUNDS_FOR_SPREAD = 4  # rounds below which a round-by-round spread says not
 FLAT_SPAWNERS = ((RDMASPAWN, "rdmaspawn.Popen"), (ENGINE, "engine"))
 
 
-def add_ratios(report: Report) -> None:
-    """Each spawner's median over the floor's and over subprocess.Popen's, per configuration."""
+def analyse(report: Report) -> None:
+    """Fill in the derived figures: each spawner's median over the floor's and over
+    subprocess.Popen's (per configuration), growth per GiB and the targets."""
     for r in report.results:
         medians = {sid: f.median_us for sid, f in r.spawners.items() if f.measured}
         for f in r.spawners.values():
             if f.measured:
                 f.ratio_to_floor = ratio(f.median_us, medians.get(FLOOR))
                 f.ratio_to_default = ratio(f.median_us, medians.get(DEFAULT_PATH))
+    report.growth_us_per_gib = growth_per_gib(report)
+    report.targets = targets(report)
 
 
 def growth_per_gib(report: Report) -> dict[str, float | None]:
@@ -176,13 +179,6 @@ def throughput_cells(report: Report, mem: float, sid: str, over: str) -> list[st
         cells.append("-" if tp is None
                      else f"{tp:.0f}" + (over.format(tp / one) if t != 1 and one else ""))
     return cells
-
-
-def analyse(report: Report) -> None:
-    """Fill in the derived figures: ratios, growth per GiB and the targets."""
-    add_ratios(report)
-    report.growth_us_per_gib = growth_per_gib(report)
-    report.targets = targets(report)
 
 
 # The C floor's p90 over its p10 beyond which the machine itself is adding

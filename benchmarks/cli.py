@@ -161,17 +161,6 @@ def measure(args: argparse.Namespace, started: float) -> Report:
     return report
 
 
-def _load(path: Path) -> Report:
-    report = read_json(path)
-    if report.schema != SCHEMA:
-        # An older record: its figures stand, the targets are this version's.
-        analyse(report)
-        report.notes.append(f"Read from a {report.schema} record; ratios and targets "
-                            f"recomputed from its figures by the {SCHEMA} benchmark.")
-        report.schema = SCHEMA
-    return report
-
-
 def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path: Path,
            record: Path | None) -> None:
     """Print the table, then write the plot into `out`, the JSON (a run's always; a
@@ -206,10 +195,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.from_json is not None:
         try:
-            report = _load(args.from_json)
+            report = read_json(args.from_json)
         except (OSError, ReportFormatError) as e:
             log(f"rdmaspawn bench: --from-json {args.from_json}: {e}")
             return 2
+        if report.schema != SCHEMA:
+            # An older record: its figures stand, the targets are this version's.
+            analyse(report)
+            report.notes.append(f"Read from a {report.schema} record; ratios and targets "
+                                f"recomputed from its figures by the {SCHEMA} benchmark.")
+            report.schema = SCHEMA
         _write(report, args, out, args.json or args.from_json, args.from_json)
         return 0
 
