@@ -145,8 +145,8 @@ def measure(args: argparse.Namespace, started: float) -> Report:
         for s in spawners:
             if s.status != OK:
                 log(f"{s.id}: unavailable - {s.reason}")
-        results, measured, skipped = sweep(spawners, built, args.mem_gib, args.threads, args.iterations,
-                      args.time_cap, args.pin)
+        results, measured, skipped = sweep(spawners, built, args.mem_gib, args.threads,
+                                           args.iterations, args.time_cap, args.pin)
     settings = Settings(
         mem_gib_requested=args.mem_gib, mem_gib_measured=measured, mem_gib_skipped=skipped,
         threads=args.threads, iterations=args.iterations, time_cap_s=args.time_cap,
