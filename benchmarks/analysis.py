@@ -26,14 +26,17 @@ MIN_ROUNDS_FOR_SPREAD = 4  # rounds below which a round-by-round spread says not
 FLAT_SPAWNERS = ((RDMASPAWN, "rdmaspawn.Popen"), (ENGINE, "engine"))
 
 
-def add_ratios(report: Report) -> None:
-    """Each spawner's median over the floor's and over subprocess.Popen's, per configuration."""
+def analyse(report: Report) -> None:
+    """Fill in the derived figures: each spawner's median over the floor's and over
+    subprocess.Popen's (per configuration), growth per GiB and the targets."""
     for r in report.results:
         medians = {sid: f.median_us for sid, f in r.spawners.items() if f.measured}
         for f in r.spawners.values():
             if f.measured:
                 f.ratio_to_floor = ratio(f.median_us, medians.get(FLOOR))
                 f.ratio_to_default = ratio(f.median_us, medians.get(DEFAULT_PATH))
+    report.growth_us_per_gib = growth_per_gib(report)
+    report.targets = targets(report)
 
 
 def growth_per_gib(report: Report) -> dict[str, float | None]:
@@ -43,14 +46,17 @@ def growth_per_gib(report: Report) -> dict[str, float | None]:
     for s in report.spawners:
         pts = [(m, y) for m in report.settings.mem_gib_measured
                if (y := _figure(report, m, report.settings.latency_threads, s.id)) is not None]
-        mx = sum(p[0] for p in pts) / len(pts) if pts else 0.0
-        my = sum(p[1] for p in pts) / len(pts) if pts else 0.0
-        sxx = sum((p[0] - mx) ** 2 for p in pts)
-        out[s.id] = (
-            None if len(pts) < 2 or sxx == 0
-            else sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
-        )
+        mx = sum(x for x, _ in pts) / (len(pts) or 1)
+        my = sum(y for _, y in pts) / (len(pts) or 1)
+        sxx = sum((x - mx) ** 2 for x, _ in pts)  # 0 with fewer than two sizes
+        out[s.id] = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else None
     return out
+
+
+def growth_ms(report: Report) -> dict[str, float]:
+    """The growths per GiB measured, in ms to two places; + 0.0: -0.001 shows as +0.00."""
+    return {sid: round(v / 1000, 2) + 0.0 for sid, v in report.growth_us_per_gib.items()
+            if v is not None}
 
 
 def _target(name: str, description: str, op: str, threshold: float, figure: float | None,
@@ -154,36 +160,25 @@ def targets(report: Report) -> list[Target]:
                                 (PATCHED, "CPU per spawn <= CPython's, patch()",
                                  "subprocess.Popen's under patch()"))]
 
-    fig = None
-    note = "not measured: needs --threads with 1 and 2"
-    if 1 in s.threads and 2 in s.threads:
-        fig = ratio(_figure(report, lo, 2, RDMASPAWN, "throughput_per_s"),
-                    _figure(report, lo, 1, RDMASPAWN, "throughput_per_s"))
-        note = f"rdmaspawn.Popen spawns/s at {fmt_gib(lo)}, 2 threads / 1 thread"
-    out.append(_target("parallel", "throughput of 2 threads / 1 thread", ">=", PARALLEL_MIN,
-                       fig, note))
+    out.append(_target(
+        "parallel", "throughput of 2 threads / 1 thread", ">=", PARALLEL_MIN,
+        ratio(_figure(report, lo, 2, RDMASPAWN, "throughput_per_s"),
+              _figure(report, lo, 1, RDMASPAWN, "throughput_per_s")),
+        f"rdmaspawn.Popen spawns/s at {fmt_gib(lo)}, 2 threads / 1 thread"
+        if 1 in s.threads and 2 in s.threads else "not measured: needs --threads with 1 and 2"))
     return out
 
 
 def throughput_cells(report: Report, mem: float, sid: str, over: str) -> list[str]:
     """Per thread count, the spawns/s and (but on the 1-thread figure) ``over``
     formatted with its ratio to 1 thread's; "-" where not measured."""
-    base = report.figures(mem, 1, sid)
-    one = base.throughput_per_s if base is not None else None
+    one = _figure(report, mem, 1, sid, "throughput_per_s")
     cells = []
     for t in report.settings.threads:
-        f = report.figures(mem, t, sid)
-        tp = f.throughput_per_s if f is not None else None
+        tp = _figure(report, mem, t, sid, "throughput_per_s")
         cells.append("-" if tp is None
                      else f"{tp:.0f}" + (over.format(tp / one) if t != 1 and one else ""))
     return cells
-
-
-def analyse(report: Report) -> None:
-    """Fill in the derived figures: ratios, growth per GiB and the targets."""
-    add_ratios(report)
-    report.growth_us_per_gib = growth_per_gib(report)
-    report.targets = targets(report)
 
 
 # The C floor's p90 over its p10 beyond which the machine itself is adding

@@ -1,9 +1,5 @@
-"""Build the benchmark's two C programs with the system compiler, at run time.
-
-``noop.c`` is the child every spawner starts (static, one execve and one
-exit_group where the compiler allows, so that what is measured is the spawner);
-``floor.c`` is a posix_spawn + waitpid loop in C, the floor any spawner can
-reach.  Without a compiler the child is ``/bin/true`` and there is no floor:
+"""Build the benchmark's C programs, the child noop.c and the floor floor.c, with the
+system compiler at run time; without one the child is /bin/true, there is no floor, and
 the report says so.
 """
 
@@ -57,9 +53,8 @@ def build(workdir: Path) -> Built:
     """Compile noop.c and floor.c into workdir."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        note = "no C compiler: the child is /bin/true and there is no floor"
         return Built(FALLBACK_CHILD, "/bin/true (fallback)", None, "no C compiler (cc) found",
-                     None, [note])
+                     None, ["no C compiler: the child is /bin/true and there is no floor"])
 
     notes: list[str] = []
     child, child_kind = FALLBACK_CHILD, "/bin/true (fallback)"

@@ -145,8 +145,8 @@ def measure(args: argparse.Namespace, started: float) -> Report:
         for s in spawners:
             if s.status != OK:
                 log(f"{s.id}: unavailable - {s.reason}")
-        results, measured, skipped = sweep(spawners, built, args.mem_gib, args.threads, args.iterations,
-                      args.time_cap, args.pin)
+        results, measured, skipped = sweep(spawners, built, args.mem_gib, args.threads,
+                                           args.iterations, args.time_cap, args.pin)
     settings = Settings(
         mem_gib_requested=args.mem_gib, mem_gib_measured=measured, mem_gib_skipped=skipped,
         threads=args.threads, iterations=args.iterations, time_cap_s=args.time_cap,
@@ -161,17 +161,6 @@ def measure(args: argparse.Namespace, started: float) -> Report:
     return report
 
 
-def _load(path: Path) -> Report:
-    report = read_json(path)
-    if report.schema != SCHEMA:
-        # An older record: its figures stand, the targets are this version's.
-        analyse(report)
-        report.notes.append(f"Read from a {report.schema} record; ratios and targets "
-                            f"recomputed from its figures by the {SCHEMA} benchmark.")
-        report.schema = SCHEMA
-    return report
-
-
 def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path: Path,
            record: Path | None) -> None:
     """Print the table, then write the plot into `out`, the JSON (a run's always; a
@@ -179,14 +168,10 @@ def _write(report: Report, args: argparse.Namespace, out: Path | None, json_path
     print(render_table(report) if report.settings.mem_gib_measured else "nothing measured")
     png = None
     if out is not None and not args.no_plot and report.settings.mem_gib_measured:
-        png = out / PNG_NAME
-        why = plot(report, png)
-        if why:
-            log(why)
-            png = None
-        else:
-            log(f"plot: {png}")
-        report.plot = str(png) if png else None
+        why = plot(report, out / PNG_NAME)
+        png = None if why else out / PNG_NAME
+        log(why or f"plot: {png}")
+        report.plot = None if why else str(png)
     if record is None or args.json is not None:
         write_json(report, json_path)
         log(f"json: {json_path}")
@@ -210,10 +195,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.from_json is not None:
         try:
-            report = _load(args.from_json)
+            report = read_json(args.from_json)
         except (OSError, ReportFormatError) as e:
             log(f"rdmaspawn bench: --from-json {args.from_json}: {e}")
             return 2
+        if report.schema != SCHEMA:
+            # An older record: its figures stand, the targets are this version's.
+            analyse(report)
+            report.notes.append(f"Read from a {report.schema} record; ratios and targets "
+                                f"recomputed from its figures by the {SCHEMA} benchmark.")
+            report.schema = SCHEMA
         _write(report, args, out, args.json or args.from_json, args.from_json)
         return 0
 

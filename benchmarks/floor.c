@@ -148,26 +148,22 @@ int main(int argc, char **argv)
     long long c1 = cpu_ns();
     /* Not the main thread's clock: it may wake from the barrier late. */
     long long t0 = workers[0].first, t1 = workers[0].last;
-    for (long t = 1; t < nthreads; t++) {
-        if (workers[t].first < t0)
-            t0 = workers[t].first;
-        if (workers[t].last > t1)
-            t1 = workers[t].last;
-    }
-
     int failed = 0;
     for (long t = 0; t < nthreads; t++) {
         struct worker *w = &workers[t];
+        if (w->first < t0)
+            t0 = w->first;
+        if (w->last > t1)
+            t1 = w->last;
         for (long i = 0; i < w->done; i++)
             printf("lat %lld\n", w->lat[i]);
         if (w->step != NULL) {
             printf("error %s %d\n", w->step, w->err);
             failed = 1;
         }
+        free(w->lat);
     }
     printf("wall_ns %lld\ncpu_ns %lld\n", t1 - t0, c1 - c0);
-    for (long t = 0; t < nthreads; t++)
-        free(workers[t].lat);
     free(workers);
     pthread_barrier_destroy(&start);
     return failed;

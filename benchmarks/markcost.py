@@ -29,7 +29,6 @@ libc.syscall.restype = ctypes.c_long
 page = mmap.PAGESIZE
 class IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-keep = []
 if kind in ("pinned", "marked"):
     params = (ctypes.c_uint32 * 30)()
     ring = libc.syscall(425, 8, params)  # io_uring_setup
@@ -44,7 +43,6 @@ if kind in ("pinned", "marked"):
         sys.exit(0)
     if kind == "marked":
         assert libc.madvise(buf, size, 10) == 0
-    keep.append(ring)
 elif kind == "marks":
     buf = libc.mmap(None, 2 * n * page, 3, 0x22, -1, 0)
     ctypes.memset(buf, 1, 2 * n * page)

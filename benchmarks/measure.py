@@ -89,12 +89,13 @@ def run_batch_floor(floor: str, child: str, per_thread: int, threads: int, pin: 
     r = subprocess.run(args, capture_output=True, text=True, timeout=FLOOR_BATCH_TIMEOUT_S,
                        check=False)
     pairs = [line.partition(" ")[::2] for line in r.stdout.splitlines()]
+    lats = [int(val) for key, val in pairs if key == "lat"]
     last = {key: val for key, val in pairs if key != "lat"}
-    error = last.get("error", "")
+    # Exit status 0 with no spawn timed is a failure too.
+    error = last.get("error") or ("" if r.returncode or lats else "no samples")
     if r.returncode != 0 or error:
         raise RuntimeError(f"floor failed (status {r.returncode}): {error or r.stderr.strip()}")
-    return Batch([int(val) for key, val in pairs if key == "lat"], int(last.get("wall_ns", 0)),
-                 int(last.get("cpu_ns", 0)))
+    return Batch(lats, int(last.get("wall_ns", 0)), int(last.get("cpu_ns", 0)))
 
 
 @dataclass
@@ -163,21 +164,23 @@ def measure_config(
     target = max(iterations, threads)
     max_per_thread_round = max(1, math.ceil(target / (threads * MIN_ROUNDS)))
 
-    def one_batch(s: Spawner, per_thread: int) -> Batch:
-        if s.in_process:
-            assert s.call is not None
-            return run_batch_inprocess(s.call, per_thread, threads, pin)
-        assert built.floor is not None
-        return run_batch_floor(built.floor, built.child, per_thread, threads, bool(pin))
+    def one_batch(s: Spawner, per_thread: int) -> Batch | None:
+        """One batch; None where it failed, recorded: a failing spawner is reported, not fatal."""
+        try:
+            if s.in_process:
+                assert s.call is not None
+                return run_batch_inprocess(s.call, per_thread, threads, pin)
+            assert built.floor is not None
+            return run_batch_floor(built.floor, built.child, per_thread, threads, bool(pin))
+        except Exception as e:  # noqa: BLE001
+            tallies[s.id].error, tallies[s.id].done = f"{type(e).__name__}: {e}", True
+            return None
 
     # Warm-up: one unrecorded spawn each, which also proves the spawner works
     # here and gives a first estimate of its cost.
     for s in live:
-        t = tallies[s.id]
-        try:
-            t.est_s = max(max(one_batch(s, 1).lat_ns) / 1e9, 1e-6)
-        except Exception as e:  # noqa: BLE001 - a failing spawner is reported, not fatal
-            t.error, t.done = f"{type(e).__name__}: {e}", True
+        if (b := one_batch(s, 1)) is not None:
+            tallies[s.id].est_s = max(max(b.lat_ns) / 1e9, 1e-6)
 
     rnd = 0
     while todo := [s for s in live if not tallies[s.id].done]:
@@ -194,22 +197,19 @@ def measure_config(
                              max(1, math.ceil((target - t.samples) / threads)))
             if t.spent_s + per_thread * t.est_s > time_cap and t.samples >= MIN_SAMPLES:
                 # The next batch would overrun the cap: stop with what we have.
-                t.capped, t.done = True, True
+                t.capped = t.done = True
                 continue
             t0 = time.perf_counter()
-            try:
-                b = one_batch(s, per_thread)
-            except Exception as e:  # noqa: BLE001 - a failing spawner is reported, not fatal
-                t.error, t.done = f"{type(e).__name__}: {e}", True
+            if (b := one_batch(s, per_thread)) is None:
                 continue
             t.spent_s += time.perf_counter() - t0
             t.batches.append(b)
-            if b.lat_ns and b.wall_ns > 0:  # per-thread seconds per spawn
+            if b.wall_ns > 0:  # per-thread seconds per spawn
                 t.est_s = max(b.wall_ns / 1e9 / per_thread, 1e-6)
             if t.samples >= target:
                 t.done = True
             elif t.spent_s >= time_cap and t.samples >= MIN_SAMPLES:
-                t.capped, t.done = True, True
+                t.capped = t.done = True
 
     return {s.id: summarize(tallies[s.id], s.in_process) if s.status == OK
             else Figures(status=s.status, reason=s.reason) for s in spawners}

@@ -1,9 +1,5 @@
-"""What one benchmark run found, as dataclasses; JSON is written from them and read back.
-
-The table, the plot and the docs block are all rendered from a :class:`Report`,
-just measured or read back with ``--from-json``.  Figures not measured are
-``None`` (``null``), never NaN.  Every schema here is read (cli.py recomputes
-an older record's targets).
+"""What one benchmark run found, as dataclasses, written to JSON and read back (of every
+schema: cli.py recomputes an older record's targets).  A figure not measured is None, never NaN.
 """
 
 from __future__ import annotations
@@ -107,6 +103,10 @@ class Machine:
     # The commit of the measured code where it ran from a git checkout
     # ("3927401", "3927401 + uncommitted changes"), else None.
     rdmaspawn_commit: str | None = None
+
+    @property
+    def kernel_release(self) -> str:
+        return self.kernel.split()[1] if " " in self.kernel else self.kernel
 
 
 @dataclass

@@ -39,13 +39,10 @@ def fmt_us(us: float | None, micro: str = "us") -> str:
     """A latency in the unit that reads best: "115 us", "13.9 ms", "314 ms"."""
     if us is None or math.isnan(us):
         return "-"
-    if us >= 100_000:
-        return f"{us / 1000:.0f} ms"
-    if us >= 10_000:
-        return f"{us / 1000:.1f} ms"
-    if us >= 1_000:
-        return f"{us / 1000:.2f} ms"
-    return f"{us:.0f} {micro}"
+    if us < 1_000:
+        return f"{us:.0f} {micro}"
+    places = 0 if us >= 100_000 else 1 if us >= 10_000 else 2  # three digits
+    return f"{us / 1000:.{places}f} ms"
 
 
 def fmt_ratio(r: float | None) -> str:

@@ -12,7 +12,7 @@ DPI = 110
 
 
 def plot(report: Report, path: Path) -> str | None:
-    """Write the plot to `path`; None on success, else why there is no plot."""
+    """Write the plot of a report that measured something to `path`; None, else why not."""
     # matplotlib is optional (the "bench" extra): mypy may run where it is missing.
     try:
         import matplotlib  # type: ignore[import-not-found,unused-ignore]
@@ -24,8 +24,6 @@ def plot(report: Report, path: Path) -> str | None:
     mems = report.settings.mem_gib_measured
     threads = report.settings.threads
     lat_threads = report.settings.latency_threads
-    if not mems:
-        return "nothing measured: no plot"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     for s in report.spawners:
         pts = [(m, f) for m in mems if (f := report.figures(m, lat_threads, s.id)) is not None]
@@ -39,23 +37,19 @@ def plot(report: Report, path: Path) -> str | None:
         if tps:
             ax2.plot([t for t, _ in tps], [f.throughput_per_s for _, f in tps], marker="o",
                      label=s.id)
-    ax1.set_xlabel("parent resident memory (GiB)")
-    ax1.set_ylabel("spawn + wait latency, median (us); bars p10..p90")
-    ax1.set_yscale("log")
-    ax1.set_title(f"Latency vs resident memory ({lat_threads} thread)")
+    ax1.set(xlabel="parent resident memory (GiB)", yscale="log",
+            ylabel="spawn + wait latency, median (us); bars p10..p90",
+            title=f"Latency vs resident memory ({lat_threads} thread)")
     ax1.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize="small")
-    ax2.set_xlabel("threads spawning at once")
-    ax2.set_ylabel("spawns per second")
-    ax2.set_title(f"Throughput at {fmt_gib(min(mems))} resident")
-    ax2.set_xticks(threads)
+    ax2.set(xlabel="threads spawning at once", ylabel="spawns per second",
+            title=f"Throughput at {fmt_gib(min(mems))} resident", xticks=threads)
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize="small")
     m = report.machine
     fig.suptitle(f"rdmaspawn {m.rdmaspawn_version} - {m.python} - {m.cpu_model} - "
                  f"{m.cores_usable} cores", fontsize="small")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return None

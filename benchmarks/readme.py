@@ -4,7 +4,7 @@ rendered from a report, spliced between markers; only the text between them chan
 
 from __future__ import annotations
 
-from .analysis import fmt_figure, noisy_floor, throughput_cells, verdict
+from .analysis import fmt_figure, growth_ms, noisy_floor, throughput_cells, verdict
 from .model import Figures, Report, SpawnerInfo
 from .numbers import fmt_gib, fmt_us
 
@@ -38,7 +38,6 @@ def _cell(f: Figures | None) -> str:
 def _run_line(report: Report, json_ref: str, png_ref: str | None) -> str:
     m, s = report.machine, report.settings
     when = m.timestamp[:16].replace("T", " ")
-    release = m.kernel.split()[1] if " " in m.kernel else m.kernel
     how = [f"{s.iterations} spawns per spawner per configuration, or fewer where a spawner "
            f"reached the {s.time_cap_s:g} s cap"]
     if s.pin:
@@ -50,7 +49,7 @@ def _run_line(report: Report, json_ref: str, png_ref: str | None) -> str:
     code += f" (commit {m.rdmaspawn_commit})" if m.rdmaspawn_commit else " (commit not recorded)"
     return (f"One run, {when} UTC, {code}: {m.python}, "
             f"{m.cpu_model}, {m.cores_usable} usable of {m.cores_online} cores, "
-            f"{m.mem_total_gib} GiB, kernel {release}, {m.glibc}; child: {s.child_kind}; "
+            f"{m.mem_total_gib} GiB, kernel {m.kernel_release}, {m.glibc}; child: {s.child_kind}; "
             f"{'; '.join(how)}; spawners interleaved round by round. {where}")
 
 
@@ -72,12 +71,9 @@ def _growth_and_cpu(report: Report) -> list[str]:
     lo = min(report.settings.mem_gib_measured)
     n = report.settings.latency_threads
     lines = []
-    # round() + 0.0: a growth of -0.001 ms shows as +0.00, not -0.00.
-    growth = [f"`{sid}` {round(v / 1000, 2) + 0.0:+.2f} ms"
-              for sid, v in report.growth_us_per_gib.items() if v is not None]
-    if growth:
+    if growth := growth_ms(report):
         lines.append("Growth of the median per GiB resident (least squares): "
-                     + ", ".join(growth) + ".")
+                     + ", ".join(f"`{sid}` {v:+.2f} ms" for sid, v in growth.items()) + ".")
     cpu = [f"`{s.id}` {_us(f.cpu_per_spawn_us)}" for s in report.spawners
            if (f := report.figures(lo, n, s.id)) is not None]
     if cpu:

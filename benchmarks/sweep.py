@@ -62,12 +62,11 @@ def sweep(spawners: list[Spawner], built: Built, mem_gib: list[float], thread_co
         size = int(mem * GiB)
         mi = meminfo()
         avail, margin = mi.get("MemAvailable", 0), safety_margin(mi.get("MemTotal", 0))
-        reason = None
+        held = reason = None
         if mem > 0 and size > avail - margin:
             reason = (f"needs {fmt_gib(mem)}, MemAvailable is {avail / GiB:.1f} GiB and "
                       f"{margin / GiB:.1f} GiB stay free")
-        held = None
-        if reason is None:
+        else:
             if size:
                 log(f"touching {fmt_gib(mem)} of resident memory ...")
             t0 = time.monotonic()

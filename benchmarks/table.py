@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from .analysis import fmt_figure, noisy_floor, throughput_cells, verdict
-from .model import Figures, Report
+from .analysis import fmt_figure, growth_ms, noisy_floor, throughput_cells, verdict
+from .model import Report
 from .numbers import fmt_gib, fmt_ratio, fmt_us
-
-
-def _why(f: Figures | None) -> str:
-    if f is None:
-        return "-: not measured"
-    return f"{f.status}: {f.reason or f.error or 'no samples'}"
 
 
 def _latency(report: Report, w: int) -> list[str]:
@@ -31,7 +25,9 @@ def _latency(report: Report, w: int) -> list[str]:
         for s in report.spawners:
             f = row.spawners.get(s.id) if row else None
             if f is None or not f.measured:
-                lines.append(f"  {s.id:<{w}}  {_why(f)}")
+                why = (f"{f.status}: {f.reason or f.error or 'no samples'}" if f
+                       else "-: not measured")
+                lines.append(f"  {s.id:<{w}}  {why}")
                 continue
             capped = capped or f.capped
             lines.append(
@@ -62,17 +58,15 @@ def render_table(report: Report) -> str:
     w = max(len(s.id) for s in report.spawners)
     lines = [
         f"rdmaspawn spawn benchmark - {m.python}, {m.cpu_model}, {m.cores_usable} cores, "
-        f"{m.mem_total_gib} GiB, kernel {m.kernel.split()[1] if ' ' in m.kernel else m.kernel}",
+        f"{m.mem_total_gib} GiB, kernel {m.kernel_release}",
         f"child: {report.settings.child} ({report.settings.child_kind})",
         "",
     ]
     lines += _latency(report, w)
 
-    growth = {k: v for k, v in report.growth_us_per_gib.items() if v is not None}
-    if growth:
+    if growth := growth_ms(report):
         lines += ["", "Growth of the median with resident memory (least squares):"]
-        lines += [f"  {sid:<{w}}  {round(v / 1000, 2) + 0.0:+8.2f} ms per GiB"
-                  for sid, v in growth.items()]
+        lines += [f"  {sid:<{w}}  {v:+8.2f} ms per GiB" for sid, v in growth.items()]
 
     if report.settings.threads != [1]:
         lines += _throughput(report, w)
