@@ -9,26 +9,16 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rdmaspawn",
-        description="Start child processes safely from processes that hold RDMA-registered "
-                    "(MADV_DONTFORK) memory.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("doctor", add_help=False,
-                   help="check whether a process can safely fork() (--pid PID | --all, --json)")
-    sub.add_parser("demo", add_help=False,
-                   help="show a fork()ed child crash where rdmaspawn's child runs")
-    sub.add_parser("bench", add_help=False,
-                   help="measure spawn latency (arguments go to the benchmark)")
-    sub.add_parser("run", add_help=False,
-                   help="run a command with rdmaspawn in force in all its Python processes "
-                        "(rdmaspawn run [options] -- CMD ARGS...)")
-    sub.add_parser("taskprolog", add_help=False,
-                   help="for a Slurm TaskProlog: print 'export RDMASPAWN=on' where this node "
-                        "is affected, nothing elsewhere; always exits 0 (docs/slurm.md)")
-    return parser
+#: Each subcommand and its line in ``rdmaspawn --help``.
+_COMMANDS = {
+    "doctor": "check whether a process can safely fork() (--pid PID | --all, --json)",
+    "demo": "show a fork()ed child crash where rdmaspawn's child runs",
+    "bench": "measure spawn latency (arguments go to the benchmark)",
+    "run": "run a command with rdmaspawn in force in all its Python processes "
+           "(rdmaspawn run [options] -- CMD ARGS...)",
+    "taskprolog": "for a Slurm TaskProlog: print 'export RDMASPAWN=on' where this node "
+                  "is affected, nothing elsewhere; always exits 0 (docs/slurm.md)",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,12 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools.taskprolog import main as taskprolog_main
 
         return taskprolog_main(args[1:])
-    parser = _parser()
-    ns = parser.parse_args(args)
-    if ns.command is None:
-        parser.print_help()
-        return 2
-    return 2  # pragma: no cover - every known command returned above
+    parser = argparse.ArgumentParser(
+        prog="rdmaspawn",
+        description="Start child processes safely from processes that hold RDMA-registered "
+                    "(MADV_DONTFORK) memory.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_line in _COMMANDS.items():
+        sub.add_parser(name, add_help=False, help=help_line)
+    parser.parse_args(args)  # --help or an unknown command: argparse exits
+    parser.print_help()
+    return 2
 
 
 if __name__ == "__main__":

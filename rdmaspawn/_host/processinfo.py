@@ -42,7 +42,7 @@ def read_environ(pid: Pid) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in read_proc(pid, "environ").split(b"\0"):
         key, sep, value = item.partition(b"=")
-        if sep:
+        if sep and key:  # a nameless entry names nothing (and execve() refuses it)
             env[os.fsdecode(key)] = os.fsdecode(value)
     return env
 

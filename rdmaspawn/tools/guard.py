@@ -1,25 +1,23 @@
 """Catch a ``fork()`` from Python before it happens in a process with DONTFORK memory.
 
-:func:`guard` wraps ``os.fork``, ``os.forkpty`` and fork_exec's names
-(``rdmaspawn.dropin.cpython.fork_exec_places()``, for the calls that really
-fork). Where a fork() child would trip on ``MADV_DONTFORK`` memory (the
-doctor's rule, ``_host.forkrisk``) it warns with :class:`ForkHazardWarning`
-or raises :class:`ForkHazardError` (no child is left). ``os.fork`` forks
-with its child held and compares the kernel's ``total_vm`` of both, which
-costs the same at any number of mappings; only where they differ is smaps
-read (:mod:`.forklook`). ``fork_exec`` forks and execs in one C call, so
-smaps is read before it.
+:func:`guard` wraps ``os.fork``, ``os.forkpty`` and the fork_exec names that
+really fork (``dropin.cpython.fork_exec_places()``). Where a fork() child would
+trip on ``MADV_DONTFORK`` memory (``_host.forkrisk``'s rule, the doctor's) it
+warns (:class:`ForkHazardWarning`) or raises (:class:`ForkHazardError`, no
+child left). ``os.fork`` forks with its child held and reads smaps
+(:mod:`.forklook`) only where the kernel's ``total_vm`` of the two differ, a
+cost flat in the number of mappings; ``fork_exec`` forks and execs in one C
+call, so smaps is read before it.
 
-Every wrapper sets ``__wrapped__`` and looks it up at each call, so
-:func:`unguard` can splice ours out of a chain, or leave it as a pass-through.
-A ``fork_exec`` that forks only for a ``preexec_fn`` says so with
-``__rdmaspawn_forks_only_for_preexec_fn__`` (only those calls are checked);
-the engine's (``__rdmaspawn__``, or under ``rdmaspawn``) is not checked.
+Every wrapper looks its ``__wrapped__`` up at each call, so :func:`unguard` can
+splice ours out of a chain or leave it a pass-through. A ``fork_exec`` marked
+``__rdmaspawn_forks_only_for_preexec_fn__`` is checked only for those calls;
+the engine's (``__rdmaspawn__``, or under ``rdmaspawn``) never.
 
-``RDMASPAWN=on`` loads this module into every interpreter at its first fork
-(``rdmaspawn._startup.standin``, whose stand-ins each function here first
-lets give way), so it imports nothing start-up has not loaded. At shutdown
-the imports of a look fail: the fork goes ahead unlooked.
+``RDMASPAWN=on`` loads this module at an interpreter's first fork (through
+``_startup.standin``'s stand-ins, which each function here lets give way
+first), so it imports nothing start-up has not loaded; at shutdown a look's
+imports fail and the fork goes ahead unlooked.
 """
 # No `from __future__ import annotations`: it is an import of __future__ in every
 # interpreter RDMASPAWN starts; annotations 3.9 cannot evaluate are quoted.
@@ -67,11 +65,10 @@ _installed: "dict[tuple[str, str], Callable[..., Any]]" = {}
 
 def _look(what: str, passed: int, pid: "int | None" = None,
           left_out: "int | None" = None) -> None:
-    """Refuse the fork or warn if the process holds DONTFORK memory a child trips on:
-    before the fork (held_fork's unheld(), or for a fork_exec), or as held_fork's
-    decide(pid, left_out) (csrc/python/heldfork.c), its child held lacking ``left_out``
-    pages (-1: unknown): raising kills the child unrun. Called from the wrapper, so the
-    warning names the frame ``3 + passed`` up (``passed``: stand-ins' frames between)."""
+    """Refuse the fork or warn where a child would trip on DONTFORK memory: before the
+    fork, or as held_fork's decide() (csrc/python/heldfork.c), its child held lacking
+    ``left_out`` pages (-1: unknown; raising kills it unrun). The warning names the
+    wrapper's caller, ``passed`` stand-ins' frames further up."""
     del pid  # the held child: held_fork deals with it
     mode = _mode
     if mode is None:
@@ -93,11 +90,6 @@ def _look(what: str, passed: int, pid: "int | None" = None,
     import warnings
 
     warnings.warn(ForkHazardWarning(msg, maps), stacklevel=3 + passed)
-
-
-def _is_engine(fn: "Any") -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return bool(getattr(fn, "__rdmaspawn__", False)) or (module + ".").startswith("rdmaspawn.")
 
 
 def _as_wrapper(wrapper: "Any", original: "Any") -> None:
@@ -171,7 +163,9 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
         # Not over the engine: it forks only for a preexec_fn it does not
         # recognise, and only without DONTFORK memory; with it, it refuses
         # with PreexecFnError, which names the function and what to use.
-        if guarded_fork_exec in _active and not _is_engine(inner):
+        module = getattr(inner, "__module__", None) or ""
+        engine = getattr(inner, "__rdmaspawn__", False) or (module + ".").startswith("rdmaspawn.")
+        if guarded_fork_exec in _active and not engine:
             try:
                 from .forklook import fork_exec_forks
             except (ImportError, OSError):  # a failed look (at shutdown, say): go ahead
@@ -185,11 +179,8 @@ def _wrap_fork_exec(original: "Callable[..., Any]", what: str) -> "Callable[...,
     return guarded_fork_exec
 
 
-if TYPE_CHECKING:
-    _Target = tuple[Any, str, Callable[[Callable[..., Any], str], Callable[..., Any]], str]
-
-
-_FORKS: "list[_Target]" = [
+# (module, attribute, the wrapper's maker, what the message calls it)
+_FORKS: "list[tuple[Any, str, Any, str]]" = [
     (os, "fork", _wrap_fork, "os.fork()"),
     (os, "forkpty", _wrap_fork, "os.forkpty()"),
 ]
@@ -262,7 +253,7 @@ def _marker(action: "str | None") -> None:
         pass
 
 
-def _install(targets: "list[_Target]") -> None:
+def _install(targets: "list[tuple[Any, str, Any, str]]") -> None:
     for module, attr, wrap, what in targets:
         current = getattr(module, attr, None)
         if current is None:

@@ -72,7 +72,6 @@ def main(argv: Sequence[str]) -> int:
         exec_as_shell(command, env)
     except FileNotFoundError:
         return _fail(f"{command[0]}: command not found", NOT_FOUND)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:  # e.g. a script whose interpreter is missing
-            return _fail(f"{command[0]}: {exc.strerror}", NOT_FOUND)
-        return _fail(f"{command[0]}: {exc.strerror}", NOT_EXECUTABLE)
+    except OSError as exc:  # ENOENT: e.g. a script whose interpreter is missing
+        return _fail(f"{command[0]}: {exc.strerror}",
+                     NOT_FOUND if exc.errno == errno.ENOENT else NOT_EXECUTABLE)

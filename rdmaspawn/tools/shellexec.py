@@ -16,6 +16,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from .._host.processinfo import read_environ
+
 __all__ = ["initial_environ", "exec_as_shell"]
 
 #: The shell a file without ``#!`` is handed to (execvp's _PATH_BSHELL).
@@ -29,16 +31,9 @@ def initial_environ() -> dict[str, str]:
     """The environment this process was exec'd with (os.environ where /proc
     cannot tell: it has what the start-up changed)."""
     try:
-        with open("/proc/self/environ", "rb") as f:
-            raw = f.read()
+        return read_environ("self")
     except OSError:
         return dict(os.environ)
-    env = {}
-    for entry in raw.split(b"\0"):
-        key, eq, value = entry.partition(b"=")
-        if eq and key:
-            env[os.fsdecode(key)] = os.fsdecode(value)
-    return env
 
 
 def exec_as_shell(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:

@@ -1,22 +1,8 @@
 """In words a user acts on: does libibverbs mark DONTFORK here, and what removes that?
 
-The situations, in the order they are tried (first match wins):
-
-=============  ===============================================================
-case           when
-=============  ===============================================================
-no-verbs       no libibverbs in the process nor on the machine
-kernel-old     the kernel is older than 5.13 (or its netlink says no
-               copy-on-fork): marking is needed and the hazard is real
-verbs-old      kernel >= 5.13 but rdma-core < 51: its ibv_fork_init() marks
-               anyway (35-50 even report "unneeded" while they mark)
-unneeded       kernel >= 5.13, rdma-core >= 51, and the kernel said so over
-               RDMA netlink (or libibverbs reported "unneeded"): nothing marked
-cannot-ask     kernel >= 5.13, rdma-core >= 51, but RDMA netlink cannot be
-               asked (ib_core not loaded): it falls back to marking
-=============  ===============================================================
-
-The facts and their sources are in :mod:`.facts`.
+:func:`judge_protection` tries the cases in order, first match wins: no-verbs,
+kernel-old, verbs-old, unneeded, cannot-ask. The facts and their sources are in
+:mod:`.facts`.
 """
 
 from __future__ import annotations
@@ -60,7 +46,7 @@ def verbs_facts(verbs_path: str | None, fork_status: str | None) -> VerbsFacts:
 
 @dataclasses.dataclass(frozen=True)
 class Protection:
-    """The case (see the module's table) and the sentence that says it."""
+    """The case (see :func:`judge_protection`) and the sentence that says it."""
 
     case: str
     text: str

@@ -192,8 +192,8 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
     vanished: list[int] = []
     denied: list[int] = []
     scanned = 0
-    listed = all_pids() if pids is None else None
-    for pid in listed if listed is not None else pids or ():
+    listed = all_pids() if pids is None else list(pids)
+    for pid in listed:
         try:
             if has_dontfork(pid, devices=True):
                 mappings = all_mappings(pid)
@@ -206,10 +206,9 @@ def scan_node(pids: Iterable[int] | None = None) -> NodeScan:
                                                 ucx_fork_settings(env, libraries, known)))
         except NoSuchProcessError:
             vanished.append(pid)
-            continue
         except PermissionError:
             denied.append(pid)
-            continue
-        scanned += 1
-    hidden = None if listed is None else find_hidden(listed)
+        else:
+            scanned += 1
+    hidden = find_hidden(listed) if pids is None else None
     return NodeScan(socket.gethostname(), entries, scanned, vanished, denied, hidden)
