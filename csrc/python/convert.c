@@ -194,10 +194,8 @@ static int c_int(PyObject *o, PyObject *w, int *out)
         if (!(index = PyNumber_Index(o)))
             return 0;
     }
-    long v = PyLong_AsLongAndOverflow(index ? index : o, &overflow);
+    long v = PyLong_AsLongAndOverflow(index ? index : o, &overflow);   /* an int: no error */
     Py_XDECREF(index);
-    if (v == -1 && PyErr_Occurred())
-        return 0;
     if (!overflow && v >= INT_MIN && v <= INT_MAX) {
         *out = (int)v;
         return 1;
