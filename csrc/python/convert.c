@@ -1,22 +1,13 @@
 /*
  * The one conversion of a spawn request: Python values into
  * rs_spawn_packed()'s arguments, with the GIL held, each value converted as
- * the entry it came through converts it (PyNumber_Index and the range
- * checks of its int parser, PyUnicode_FSConverter for paths and arguments,
- * bytes where fork_exec takes bytes only), raising CPython's exception in
- * CPython's order. One function per entry shape: rs_convert_fork_exec()
- * (fork_exec's positional call), rs_spawn_request() (the engine's
- * SpawnRequest) and rs_spawn_posix() (Popen._posix_spawn's call). The
- * wording that differs between CPython versions comes from
- * rdmaspawn/dropin/cpython.py, handed over once, never written here.
- *
- * Why one file this long: it is the one place a spawn's values are
- * converted (issue 49 asked for exactly one), and its three entries share
- * every converter (ints, paths, argv and env arrays, fd lists, ids) and the
- * conversion's storage (struct rs_conv, released in one place). Split by
- * entry, each file would need the others' static converters made public,
- * and the order CPython checks in (one entry's rule beside another's)
- * could no longer be read in one place.
+ * the entry it came through converts it, raising CPython's exception in
+ * CPython's order. One function per entry shape: rs_convert_fork_exec(),
+ * rs_spawn_request() (the engine's SpawnRequest) and rs_spawn_posix()
+ * (Popen._posix_spawn's call); the wording that differs between CPython
+ * versions is rdmaspawn/dropin/cpython.py's, handed over once. One file, as
+ * the entries share every converter and the storage, and CPython's order
+ * of checks is best read in one place.
  */
 #include "binding.h"
 
@@ -62,7 +53,6 @@ void rs_conv_release(struct rs_conv *c)
     for (int i = 0; i < c->n_objects; i++)
         Py_DECREF(c->objects[i]);
     Py_XDECREF(c->more);
-    rs_conv_init(c);
 }
 
 /* Keep obj alive until the spawn is over; the reference is stolen. */
@@ -86,16 +76,10 @@ static void *alloc(struct rs_conv *c, size_t size)
         c->used += n;
         return p;
     }
-    if (c->n_blocks == RS_CONV_BLOCKS) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    void *p = PyMem_Malloc(size ? size : 1);
+    void *p = c->n_blocks < RS_CONV_BLOCKS ? PyMem_Malloc(size ? size : 1) : NULL;
     if (!p)
-        PyErr_NoMemory();
-    else
-        c->blocks[c->n_blocks++] = p;
-    return p;
+        return PyErr_NoMemory();
+    return c->blocks[c->n_blocks++] = p;
 }
 
 void rs_conv_spawn(struct rs_conv *c, struct rs_result *res)
@@ -131,12 +115,14 @@ static PyObject *deferred_spawn(PyObject *capsule, PyObject *address)
 
 static PyMethodDef deferred_def = {"spawn", deferred_spawn, METH_O, NULL};
 
-PyObject *rs_conv_then(struct rs_conv *c, PyObject *then,
+PyObject *rs_conv_then(struct rs_conv *c, int converted, PyObject *then,
                        PyObject *(*finish)(struct rs_conv *c, void *ctx), void *ctx)
 {
+    if (converted && (!then || then == Py_None))
+        return finish(c, ctx);
     struct deferred d = {c, finish, ctx};
     PyObject *out = NULL, *go = NULL;
-    PyObject *capsule = PyCapsule_New(&d, "rdmaspawn.deferred", NULL);
+    PyObject *capsule = converted ? PyCapsule_New(&d, "rdmaspawn.deferred", NULL) : NULL;
     if (capsule && PyCapsule_SetContext(capsule, &d) == 0
             && (go = PyCFunction_New(&deferred_def, capsule)))
         out = PyObject_CallFunctionObjArgs(then, go, NULL);
@@ -192,32 +178,24 @@ static int is_empty(PyObject *s)
 /* o as a C int the way the entry's int parser takes it (wording w). */
 static int c_int(PyObject *o, PyObject *w, int *out)
 {
-    PyObject *index;
+    PyObject *index = NULL;
     int overflow;
-    long v;
 
-    if (PyLong_CheckExact(o)) {
-        v = PyLong_AsLongAndOverflow(o, &overflow);
-        if (!overflow && v >= INT_MIN && v <= INT_MAX) {
-            *out = (int)v;
-            return 1;
+    if (!PyLong_CheckExact(o)) {
+        if (PyFloat_Check(o) && !is_empty(PyTuple_GetItem(w, W_FLOAT)))
+            return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_FLOAT));
+        if (!PyIndex_Check(o) && !is_empty(PyTuple_GetItem(w, W_NO_INDEX))) {
+            PyObject *name = type_name(o);
+            if (name)
+                rs_raise_formatted(PyExc_TypeError, PyTuple_GetItem(w, W_NO_INDEX), NULL, name);
+            Py_XDECREF(name);
+            return 0;
         }
+        if (!(index = PyNumber_Index(o)))
+            return 0;
     }
-    if (PyFloat_Check(o) && !is_empty(PyTuple_GetItem(w, W_FLOAT)))
-        return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_FLOAT));
-    if (!PyIndex_Check(o) && !is_empty(PyTuple_GetItem(w, W_NO_INDEX))) {
-        PyObject *name = type_name(o);
-        if (name)
-            rs_raise_formatted(PyExc_TypeError, PyTuple_GetItem(w, W_NO_INDEX), NULL, name);
-        Py_XDECREF(name);
-        return 0;
-    }
-    if (!(index = PyNumber_Index(o)))
-        return 0;
-    v = PyLong_AsLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (v == -1 && PyErr_Occurred())
-        return 0;
+    long v = PyLong_AsLongAndOverflow(index ? index : o, &overflow);   /* an int: no error */
+    Py_XDECREF(index);
     if (!overflow && v >= INT_MIN && v <= INT_MAX) {
         *out = (int)v;
         return 1;
@@ -346,66 +324,89 @@ static char **environ_copy(struct rs_conv *c)
     return envp;
 }
 
+/* An id of the engine's request: None, or an int in [0, UINT32_MAX]. */
+static int engine_id(PyObject *o, const char *what, long long *out)
+{
+    int v;
+    if (o == Py_None)
+        return 1;
+    if (!PyLong_Check(o) || PyBool_Check(o))
+        return engine_int(o, what, &v);   /* its TypeError */
+    long long value = PyLong_AsLongLong(o);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        value = -1;
+    }
+    if (value < 0 || value > (long long)UINT32_MAX)
+        return rs_refuse(PyExc_ValueError, "%s out of range: %S", what, o);
+    *out = value;
+    return 1;
+}
+
+/* A list of gids: fork_exec's extra_groups (wording w) or the engine's
+ * groups (w NULL: any sequence, engine_id()'s); (gid_t)-1 goes to the
+ * kernel, which refuses it in the child (EINVAL), as with CPython. */
+static int groups(struct rs_conv *c, PyObject *o, PyObject *w)
+{
+    if (w && !PyList_Check(o))
+        return rs_refuse(PyExc_TypeError, "setgroups argument must be a list");
+    if (w && PyList_Size(o) > MAX_GROUPS)
+        return rs_refuse(PyExc_ValueError, "%U", PyTuple_GetItem(w, W_TOO_MANY_GROUPS));
+    PyObject *t = as_tuple(c, o, NULL, 0);
+    Py_ssize_t n = t ? PyTuple_Size(t) : 0;
+    if (!t || !(c->groups = alloc(c, (size_t)n * sizeof(unsigned int) + 1)))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(t, i);
+        long long gid = -1;
+        if (w && !PyLong_Check(item))
+            return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_GROUP_TYPE));
+        if (w && !id_value(item, "gid", &gid)) {
+            PyErr_Clear();
+            return rs_refuse(PyExc_ValueError, "invalid group id");
+        }
+        if (!w && !engine_id(item, "group", &gid))
+            return 0;
+        c->groups[i] = gid < 0 ? UINT32_MAX : (unsigned int)gid;
+    }
+    c->ngroups = (int)n;
+    return 1;
+}
+
+/* A tuple of fds, skip left out: fork_exec's fds_to_keep (what NULL: ints
+ * only, each refused in one ValueError) or one of the engine's lists (each
+ * an engine_int() named what); ascending and non-negative where sorted
+ * names the list (fds_to_keep; pass_fds, as engine.spawn() sorts them). */
+static int fd_list(struct rs_conv *c, PyObject *t, const char *what, const char *sorted,
+                   int skip, int **out, int *count)
+{
+    Py_ssize_t n = PyTuple_Size(t);
+    int *fds = alloc(c, (size_t)n * sizeof(int));
+    long prev = -1, fd;
+    if (!fds)
+        return 0;
+    *count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(t, i);
+        int overflow = 0, v = 0;
+        if (what && !engine_int(item, what, &v))
+            return 0;
+        fd = what ? v : PyLong_Check(item) ? PyLong_AsLongAndOverflow(item, &overflow) : -1;
+        if (sorted && (fd <= prev || overflow || fd > INT_MAX))
+            return rs_refuse(PyExc_ValueError, "bad value(s) in %s", sorted);
+        prev = fd;
+        if (fd != skip)
+            fds[(*count)++] = (int)fd;
+    }
+    *out = fds;
+    return 1;
+}
+
 /* --- fork_exec's call -------------------------------------------------------- */
 
 static PyObject *param(PyObject *args, const int *pos, enum rs_fork_exec_param p)
 {
     return pos[p] < 0 ? NULL : PyTuple_GetItem(args, pos[p]);
-}
-
-/* fork_exec's sanity check of its tuple of fds to keep: sorted, unique,
- * each an int in [0, INT_MAX]. */
-static int fds_to_keep(struct rs_conv *c, PyObject *keep_tuple, int errpipe_write)
-{
-    Py_ssize_t n = PyTuple_Size(keep_tuple);
-    int *fds = alloc(c, (size_t)n * sizeof(int)), count = 0;
-    long prev = -1;
-    if (!fds)
-        return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GetItem(keep_tuple, i);
-        int overflow = 0;
-        long fd = PyLong_Check(item) ? PyLong_AsLongAndOverflow(item, &overflow) : -1;
-        if (fd < 0 || overflow || fd <= prev || fd > INT_MAX)
-            return rs_refuse(PyExc_ValueError, "bad value(s) in fds_to_keep");
-        prev = fd;
-        /* The error pipe stays with the parent: the child reports through
-         * shared memory, and the caller writes the pipe. */
-        if (fd != errpipe_write)
-            fds[count++] = (int)fd;
-    }
-    c->keep_fds = fds;
-    c->n_keep_fds = count;
-    return 1;
-}
-
-/* fork_exec's extra_groups: a list of gids; (gid_t)-1 goes to the kernel,
- * which refuses it in the child (EINVAL), as with CPython. */
-static int extra_groups(struct rs_conv *c, PyObject *groups, PyObject *w)
-{
-    if (!PyList_Check(groups))
-        return rs_refuse(PyExc_TypeError, "setgroups argument must be a list");
-    Py_ssize_t n = PyList_Size(groups);
-    if (n > MAX_GROUPS)
-        return rs_refuse(PyExc_ValueError, "%U", PyTuple_GetItem(w, W_TOO_MANY_GROUPS));
-    unsigned int *out = alloc(c, (size_t)n * sizeof(unsigned int) + 1);
-    if (!out)
-        return 0;
-    Py_ssize_t i;
-    for (i = 0; i < n && i < PyList_Size(groups); i++) {
-        PyObject *item = PyList_GetItem(groups, i);
-        long long gid;
-        if (!PyLong_Check(item))
-            return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_GROUP_TYPE));
-        if (!id_value(item, "gid", &gid)) {
-            PyErr_Clear();
-            return rs_refuse(PyExc_ValueError, "invalid group id");
-        }
-        out[i] = gid < 0 ? UINT32_MAX : (unsigned int)gid;
-    }
-    c->groups = out;
-    c->ngroups = (int)i;
-    return 1;
 }
 
 static int truth(PyObject *o, int *out)
@@ -416,11 +417,7 @@ static int truth(PyObject *o, int *out)
 int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_memory_fd,
                          struct rs_conv *c, int *errpipe_write)
 {
-    static const enum rs_fork_exec_param fd_params[8] = {
-        P_P2CREAD, P_P2CWRITE, P_C2PREAD, P_C2PWRITE,
-        P_ERRREAD, P_ERRWRITE, P_ERRPIPE_READ, P_ERRPIPE_WRITE,
-    };
-    int fds[8], close_fds, restore, setsid, pgid = -1, umask, allow_vfork;
+    int fds[8], close_fds, restore, setsid, allow_vfork;
     int flags_as_int = !is_empty(PyTuple_GetItem(w, W_FLAGS_AS_INT));
     PyObject *keep_tuple = param(args, pos, P_FDS_TO_KEEP), *o;
 
@@ -430,17 +427,16 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
     if (!PyTuple_Check(keep_tuple))
         return refuse_type(keep_tuple, "fork_exec() argument %d must be tuple",
                            pos[P_FDS_TO_KEEP] + 1);
-    for (int i = 0; i < 8; i++)
-        if (!c_int(param(args, pos, fd_params[i]), w, &fds[i]))
+    for (int i = 0; i < 8; i++)   /* p2cread to errpipe_write, in this order */
+        if (!c_int(PyTuple_GetItem(args, pos[P_P2CREAD + i]), w, &fds[i]))
             return 0;
     if (flags_as_int ? !c_int(param(args, pos, P_RESTORE_SIGNALS), w, &restore)
                        || !c_int(param(args, pos, P_CALL_SETSID), w, &setsid)
                      : !truth(param(args, pos, P_RESTORE_SIGNALS), &restore)
                        || !truth(param(args, pos, P_CALL_SETSID), &setsid))
         return 0;
-    if ((o = param(args, pos, P_PGID_TO_SET)) && !c_int(o, w, &pgid))
-        return 0;
-    if (!c_int(param(args, pos, P_CHILD_UMASK), w, &umask))
+    if (((o = param(args, pos, P_PGID_TO_SET)) && !c_int(o, w, &c->pgid))
+            || !c_int(param(args, pos, P_CHILD_UMASK), w, &c->umask))
         return 0;
     if ((o = param(args, pos, P_ALLOW_VFORK)) && !truth(o, &allow_vfork))
         return 0;
@@ -448,7 +444,7 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
     /* Then fork_exec's checks and conversions, in its order. */
     if (close_fds && fds[7] < 3)
         return rs_refuse(PyExc_ValueError, "errpipe_write must be >= 3");
-    if (!fds_to_keep(c, keep_tuple, fds[7]))
+    if (!fd_list(c, keep_tuple, NULL, "fds_to_keep", fds[7], &c->keep_fds, &c->n_keep_fds))
         return 0;
     if (!(c->exec_list = strings(c, param(args, pos, P_EXECUTABLE_LIST), NULL, 1)))
         return 0;
@@ -461,10 +457,9 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
     o = param(args, pos, P_ENV);
     if (!(c->envp = o == Py_None ? environ_copy(c) : strings(c, o, NULL, 1)))
         return 0;
-    o = param(args, pos, P_CWD);
-    if (o != Py_None && !(c->cwd = string(c, o, 0)))
+    if ((o = param(args, pos, P_CWD)) != Py_None && !(c->cwd = string(c, o, 0)))
         return 0;
-    if ((o = param(args, pos, P_EXTRA_GROUPS)) != Py_None && !extra_groups(c, o, w))
+    if ((o = param(args, pos, P_EXTRA_GROUPS)) != Py_None && !groups(c, o, w))
         return 0;
     if ((o = param(args, pos, P_GID)) != Py_None && !id_value(o, "gid", &c->gid))
         return 0;
@@ -484,8 +479,6 @@ int rs_convert_fork_exec(PyObject *args, const int *pos, PyObject *w, int first_
     c->stderr_fd = fds[5];
     c->flags = (close_fds ? RS_F_CLOSE_FDS : 0) | (restore ? RS_F_RESTORE_SIGNALS : 0)
                | (setsid ? RS_F_SETSID : 0);
-    c->umask = umask;
-    c->pgid = pgid;
     *errpipe_write = fds[7];
     return 1;
 }
@@ -519,55 +512,9 @@ PyObject *rs_spawn_request_fields(PyObject *module, PyObject *unused)
     return rs_names_tuple(REQUEST_FIELDS(RS_X_NAME));
 }
 
-/* A sequence of fds; skip (-1 for close_in_child) left out; ascending and
- * non-negative where ascending is set (pass_fds, as engine.spawn() sorts them). */
-static int engine_fds(struct rs_conv *c, PyObject *seq, const char *what, int skip,
-                      int ascending, int **out, int *count)
-{
-    PyObject *t = as_tuple(c, seq, NULL, 0);
-    if (!t)
-        return 0;
-    Py_ssize_t n = PyTuple_Size(t);
-    int *fds = alloc(c, (size_t)n * sizeof(int)), prev = -1;
-    if (!fds)
-        return 0;
-    *count = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int fd;
-        if (!engine_int(PyTuple_GetItem(t, i), what, &fd))
-            return 0;
-        if (ascending && fd <= prev)
-            return rs_refuse(PyExc_ValueError, "bad value(s) in pass_fds");
-        prev = fd;
-        if (fd != skip)
-            fds[(*count)++] = fd;
-    }
-    *out = fds;
-    return 1;
-}
-
-/* An id of the engine's request: None, or an int in [0, UINT32_MAX]. */
-static int engine_id(PyObject *o, const char *what, long long *out)
-{
-    int v;
-    if (o == Py_None)
-        return 1;
-    if (!PyLong_Check(o) || PyBool_Check(o))
-        return engine_int(o, what, &v);   /* its TypeError */
-    long long value = PyLong_AsLongLong(o);
-    if (value == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        value = -1;
-    }
-    if (value < 0 || value > (long long)UINT32_MAX)
-        return rs_refuse(PyExc_ValueError, "%s out of range: %S", what, o);
-    *out = value;
-    return 1;
-}
-
 static int convert_request(PyObject *q, struct rs_conv *c, PyObject **exec_list)
 {
-    PyObject *f[N_FIELDS];
+    PyObject *f[N_FIELDS], *t;
     int flags;
 
     for (int i = 0; i < N_FIELDS; i++)
@@ -582,9 +529,10 @@ static int convert_request(PyObject *q, struct rs_conv *c, PyObject **exec_list)
     if (!engine_int(f[F_STDIN], "stdin", &c->stdin_fd)
             || !engine_int(f[F_STDOUT], "stdout", &c->stdout_fd)
             || !engine_int(f[F_STDERR], "stderr", &c->stderr_fd)
-            || !engine_fds(c, f[F_CLOSE_IN_CHILD], "fd", -1, 0, &c->close_first,
-                           &c->n_close_first)
-            || !engine_fds(c, f[F_PASS_FDS], "pass_fds item", -2, 1, &c->keep_fds, &c->n_keep_fds)
+            || !(t = as_tuple(c, f[F_CLOSE_IN_CHILD], NULL, 0))
+            || !fd_list(c, t, "fd", NULL, -1, &c->close_first, &c->n_close_first)
+            || !(t = as_tuple(c, f[F_PASS_FDS], NULL, 0))
+            || !fd_list(c, t, "pass_fds item", "pass_fds", -2, &c->keep_fds, &c->n_keep_fds)
             || !(PyBool_Check(f[F_FLAGS]) ? truth(f[F_FLAGS], &flags)   /* all of them False */
                                           : engine_int(f[F_FLAGS], "flags", &flags))
             || !engine_int(f[F_CLOSE_METHOD], "close_method", &c->close_method)
@@ -593,19 +541,8 @@ static int convert_request(PyObject *q, struct rs_conv *c, PyObject **exec_list)
             || !engine_int(f[F_FAIL_STATUS], "fail_status", &c->fail_status))
         return 0;
     c->flags = flags;
-    if (f[F_GROUPS] != Py_None) {
-        PyObject *t = as_tuple(c, f[F_GROUPS], NULL, 0);
-        Py_ssize_t n = t ? PyTuple_Size(t) : 0;
-        if (!t || !(c->groups = alloc(c, (size_t)n * sizeof(unsigned int) + 1)))
-            return 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            long long gid = -1;
-            if (!engine_id(PyTuple_GetItem(t, i), "group", &gid))
-                return 0;
-            c->groups[i] = (unsigned int)gid;
-        }
-        c->ngroups = (int)n;
-    }
+    if (f[F_GROUPS] != Py_None && !groups(c, f[F_GROUPS], NULL))
+        return 0;
     return engine_id(f[F_GID], "gid", &c->gid) && engine_id(f[F_UID], "uid", &c->uid);
 }
 
@@ -674,11 +611,7 @@ PyObject *rs_spawn_request(PyObject *module, PyObject *args)
     if (!PyTuple_Check(q[0]) || PyTuple_Size(q[0]) != N_FIELDS)
         return rs_fail(PyExc_TypeError, "spawn_request: not a SpawnRequest");
     rs_conv_init(&c);
-    if (!convert_request(q[0], &c, &q[1])) {
-        rs_conv_release(&c);
-        return NULL;
-    }
-    return then == Py_None ? request_spawned(&c, q) : rs_conv_then(&c, then, request_spawned, q);
+    return rs_conv_then(&c, convert_request(q[0], &c, &q[1]), then, request_spawned, q);
 }
 
 /* --- Popen._posix_spawn's call ------------------------------------------------- */

@@ -1,9 +1,5 @@
-/*
- * convert.c: a spawn request converted from Python values to
- * rs_spawn_packed()'s arguments, once, in C, with CPython's exceptions in
- * CPython's order; one function per entry shape (fork_exec's call,
- * Popen._posix_spawn's call, SpawnRequest). Python-only, like its users.
- */
+/* convert.c: a spawn request converted from Python values to
+ * rs_spawn_packed()'s arguments (Python-only, like its users). */
 #ifndef RDMASPAWN_CONVERT_H
 #define RDMASPAWN_CONVERT_H
 
@@ -44,12 +40,13 @@ void rs_conv_release(struct rs_conv *c);
 /* rs_spawn_packed() of c with the GIL released, then c given back. */
 void rs_conv_spawn(struct rs_conv *c, struct rs_result *res);
 
-/* c, converted, handed to then(spawn), a Python callable that packs the
- * declarative setup (rdmaspawn/_child/pack.py) and calls spawn(address)
- * once: finish(c, ctx) with the struct rs_setup at address. So a bad
- * argument is raised before the setup is packed, as CPython raises it
- * before its preexec_fn runs. then's result, and c given back either way. */
-PyObject *rs_conv_then(struct rs_conv *c, PyObject *then,
+/* c, where converted (else given back: NULL), handed to finish(c, ctx) at
+ * once where then is NULL or None, else to then(spawn), a Python callable
+ * that packs the declarative setup (rdmaspawn/_child/pack.py) and calls
+ * spawn(address) once: finish(c, ctx) with the struct rs_setup at address.
+ * So a bad argument is raised before the setup is packed, as CPython raises
+ * it before its preexec_fn runs. c is given back either way. */
+PyObject *rs_conv_then(struct rs_conv *c, int converted, PyObject *then,
                        PyObject *(*finish)(struct rs_conv *c, void *ctx), void *ctx);
 
 /* A C parameter list written once as X(ID, name) pairs gives both an enum of

@@ -107,12 +107,9 @@ static PyObject *spawn(ForkExec *self, PyObject *args, PyObject *then)
     struct call call = {self, -1};
 
     rs_conv_init(&c);
-    if (!rs_convert_fork_exec(args, self->pos, self->wording, self->first_memory_fd, &c,
-                              &call.errpipe_write)) {
-        rs_conv_release(&c);
-        return NULL;
-    }
-    return then ? rs_conv_then(&c, then, spawned, &call) : spawned(&c, &call);
+    return rs_conv_then(&c, rs_convert_fork_exec(args, self->pos, self->wording,
+                                                 self->first_memory_fd, &c, &call.errpipe_write),
+                        then, spawned, &call);
 }
 
 /* The number of arguments, as fork_exec counts them first. */
