@@ -181,7 +181,7 @@ static int c_int(PyObject *o, PyObject *w, int *out)
     PyObject *index = NULL;
     int overflow;
 
-    if (!PyLong_CheckExact(o)) {
+    if (!PyLong_Check(o)) {   /* an int or a bool is read as it is, as the parsers read it */
         if (PyFloat_Check(o) && !is_empty(PyTuple_GetItem(w, W_FLOAT)))
             return rs_refuse(PyExc_TypeError, "%U", PyTuple_GetItem(w, W_FLOAT));
         if (!PyIndex_Check(o) && !is_empty(PyTuple_GetItem(w, W_NO_INDEX))) {
