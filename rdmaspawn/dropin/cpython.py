@@ -5,6 +5,11 @@ looked up in the running CPython; read only through a gate, :func:`require`
 or :func:`errpipe_calls`: routing 22 arguments by the positions of 23 would
 start the wrong child, silently. What does not match is refused
 (:class:`UnsupportedPython`), or left to CPython where its own is safe.
+
+One module, as long as it is, because its job is one table and its gate:
+the lookups fill the table's rows and the gate checks each row against the
+others (the call's loads against fork_exec's parameters and home), so split
+by fact, each part would read the others' rows before the gate had passed.
 """
 from __future__ import annotations
 
